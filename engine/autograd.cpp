@@ -1,0 +1,152 @@
+#include "engine/autograd.h"
+
+#include <stdexcept>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "kernels/kernels.h"
+
+namespace wedge {
+
+namespace {
+thread_local bool g_grad_enabled = true;
+}
+
+bool grad_enabled() { return g_grad_enabled; }
+
+NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }
+
+bool needs_grad(const std::vector<Tensor>& inputs) {
+  if (!g_grad_enabled) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+bool needs_grad(std::initializer_list<Tensor> inputs) {
+  return needs_grad(std::vector<Tensor>(inputs));
+}
+
+Tensor record_op(Tensor output, const std::string& op, const std::vector<Tensor>& inputs,
+                 BackwardFn backward) {
+  if (!needs_grad(inputs)) return output;
+  auto node = std::make_shared<Node>();
+  node->op = op;
+  node->backward = std::move(backward);
+  node->inputs.reserve(inputs.size());
+  for (const Tensor& t : inputs) {
+    Edge e;
+    if (t.defined() && t.requires_grad()) {
+      if (t.grad_fn()) e.fn = t.grad_fn();
+      else e.leaf = t.impl_ptr();
+    }
+    node->inputs.push_back(std::move(e));
+  }
+  // A fresh handle on the output's memory carries the graph; views that share the same
+  // TensorImpl elsewhere are unaffected.
+  Tensor out = output.detach();
+  out.impl().requires_grad = true;
+  out.impl().grad_fn = std::move(node);
+  return out;
+}
+
+Tensor accumulate_grad(const Tensor& dst, const Tensor& g) {
+  if (!dst.defined()) return g;
+  if (dst.shape() != g.shape() || dst.dtype() != g.dtype() || dst.device() != g.device())
+    throw std::logic_error("autograd: gradient " + g.str() + " cannot accumulate into " + dst.str());
+  Tensor out = Tensor::empty(dst.shape(), dst.dtype(), dst.device());
+  kernels::BroadcastLayout l;
+  const Shape& s = dst.shape();
+  l.ndim = s.empty() ? 1 : static_cast<int>(s.size());
+  if (l.ndim > kernels::kMaxDims) throw std::logic_error("autograd: too many dims");
+  for (int i = 0; i < l.ndim; ++i) {
+    l.shape[i] = s.empty() ? 1 : s[i];
+    l.stride_a[i] = s.empty() ? 1 : dst.strides()[i];
+    l.stride_b[i] = s.empty() ? 1 : g.strides()[i];
+  }
+  const int kind = static_cast<int>(dst.device().kind);
+  if (dst.dtype() == DType::F32) {
+    kernels::kernel_table<float>(kind)->binary(kernels::BinaryOp::Add, l, dst.data<float>(),
+                                               g.data<float>(), out.data<float>());
+  } else if (dst.dtype() == DType::F64) {
+    kernels::kernel_table<double>(kind)->binary(kernels::BinaryOp::Add, l, dst.data<double>(),
+                                                g.data<double>(), out.data<double>());
+  } else {
+    throw std::logic_error("autograd: gradients must be floating, got " + g.str());
+  }
+  return out;
+}
+
+// ---- backward -------------------------------------------------------------------------------
+
+void Tensor::backward() const {
+  if (numel() != 1)
+    fail("backward", "without a gradient argument the tensor must have one element (a loss), got " + str());
+  backward(Tensor::ones(shape(), dtype(), device()));
+}
+
+void Tensor::backward(const Tensor& grad) const {
+  if (!requires_grad())
+    fail("backward", "this tensor does not require grad (no input of its graph had requires_grad set, or it was computed under NoGradGuard)");
+  if (grad.shape() != shape() || grad.dtype() != dtype())
+    fail("backward", "seed gradient " + grad.str() + " does not match " + str());
+  NoGradGuard no_grad;  // gradients are computed without building a graph of their own
+  if (is_leaf()) {
+    impl().grad = accumulate_grad(this->grad(), grad.to(device())).impl_ptr();
+    return;
+  }
+
+  // Reverse topological order by an iterative depth-first search.
+  std::vector<Node*> order;
+  {
+    std::unordered_set<Node*> seen;
+    std::vector<std::pair<Node*, std::size_t>> stack{{grad_fn().get(), 0}};
+    seen.insert(grad_fn().get());
+    while (!stack.empty()) {
+      auto& [node, next] = stack.back();
+      if (next < node->inputs.size()) {
+        Node* child = node->inputs[next++].fn.get();
+        if (child != nullptr && seen.insert(child).second) stack.push_back({child, 0});
+      } else {
+        order.push_back(node);
+        stack.pop_back();
+      }
+    }
+  }
+
+  std::unordered_map<Node*, Tensor> pending;
+  pending[grad_fn().get()] = grad.to(device());
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    Node* node = *it;
+    if (node->released)
+      throw std::runtime_error("backward: the graph through op '" + node->op +
+                               "' was already freed by an earlier backward(); run the forward pass again");
+    auto found = pending.find(node);
+    if (found == pending.end()) continue;  // nothing flowed into this branch
+    Tensor g = std::move(found->second);
+    pending.erase(found);
+    std::vector<Tensor> grads = node->backward(g);
+    if (grads.size() != node->inputs.size())
+      throw std::logic_error("autograd: op '" + node->op + "' returned " + std::to_string(grads.size()) +
+                             " gradients for " + std::to_string(node->inputs.size()) + " inputs");
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      const Edge& e = node->inputs[i];
+      if (!grads[i].defined()) continue;
+      if (e.fn) {
+        Tensor& slot = pending[e.fn.get()];
+        slot = accumulate_grad(slot, grads[i]);
+      } else if (e.leaf) {
+        Tensor leaf_grad = e.leaf->grad ? Tensor(e.leaf->grad) : Tensor();
+        e.leaf->grad = accumulate_grad(leaf_grad, grads[i]).impl_ptr();
+      }
+    }
+    // Free the closure (and the activations it saved) right away.
+    node->backward = nullptr;
+    node->released = true;
+  }
+  // Free the edges too, so memory returns as soon as the caller drops the loss.
+  for (Node* node : order) node->inputs.clear();
+}
+
+}  // namespace wedge

@@ -1,0 +1,57 @@
+// The common face of every language model in wedge: ids (B, L) int32 -> logits (B, L, V).
+// Tools (train, eval, generate, audit-causal, params, bench-step) only speak to this
+// interface and to make_model(), so a new model slots in by adding one case there.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/module.h"
+#include "engine/rng.h"
+#include "engine/tensor.h"
+
+namespace wedge::models {
+
+struct LMConfig {
+  std::string model = "transformer";  // transformer | grassmann (| sheaf later)
+  std::int64_t vocab_size = 30522;
+  std::int64_t layers = 6;
+  std::int64_t d_model = 256;
+  std::int64_t d_ff = 1024;
+  std::int64_t heads = 4;
+  std::int64_t block = 128;  // maximum context (rows of the position table)
+  double dropout = 0.1;
+  // GrassmannLM (PAPERS.md §2)
+  std::int64_t rank = 32;                          // r
+  std::vector<std::int32_t> windows = {1, 2, 4, 8, 12, 16};  // offsets used by every layer
+  std::vector<std::int32_t> window_schedule;       // if non-empty: one offset per layer
+  bool mix_out_proj = true;  // the d x d output projection of the mixing block (PAPERS.md)
+  bool leaky = false;        // TEST ONLY: pair with t+Δ (future) — the audit must catch it
+  std::uint64_t seed = 0;
+
+  // Offsets used by layer i.
+  std::vector<std::int32_t> offsets_for_layer(std::int64_t i) const;
+  // Throws std::invalid_argument naming the flag when the configuration is inconsistent.
+  void validate() const;
+};
+
+void to_json(nlohmann::json& j, const LMConfig& c);
+void from_json(const nlohmann::json& j, LMConfig& c);
+
+class LanguageModel : public Module {
+ public:
+  // ids (B, L) int32 with L <= config().block -> logits (B, L, V).
+  virtual Tensor forward(const Tensor& ids) = 0;
+  virtual const LMConfig& config() const = 0;
+  // Parameter count per named part (embeddings, attention/mixing, ffn, norms, ...),
+  // for `wedge params`.
+  virtual std::vector<std::pair<std::string, std::int64_t>> parameter_breakdown() const = 0;
+};
+
+std::unique_ptr<LanguageModel> make_model(const LMConfig& config);
+
+}  // namespace wedge::models

@@ -1,0 +1,114 @@
+// The differentiable operators: the public op API, declared once.
+//
+// Every op here checks its arguments at the boundary (messages name the op and the
+// shapes), calls its kernel through the one dispatch point kernels::kernel_table<T>()
+// for the device its inputs live on, and records its backward (engine/autograd.h) when an
+// input requires a gradient. Each op's forward and backward sit side by side in one file
+// of ops/; the list of ops is ops/registry.def.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/autograd.h"
+#include "engine/tensor.h"
+
+namespace wedge::ops {
+
+// ---- linear algebra ----------------------------------------------------------------
+// a (m, k) or (..., m, k); b (k, n) or (..., k, n) with the same leading dims as a
+// (or b 2-D, shared across a's batch). Result (..., m, n).
+Tensor matmul(const Tensor& a, const Tensor& b);
+// x (..., in), weight (out, in), bias (out) or undefined -> (..., out).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+// ---- element-wise (broadcasting, numpy rules) ---------------------------------------
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add_scalar(const Tensor& x, double c);
+Tensor mul_scalar(const Tensor& x, double c);
+Tensor pow_scalar(const Tensor& x, double c);
+Tensor neg(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor gelu(const Tensor& x);  // exact erf form: x * Phi(x)
+
+// ---- reductions ------------------------------------------------------------------------
+Tensor sum(const Tensor& x);  // all elements -> shape ()
+Tensor sum(const Tensor& x, const std::vector<int>& dims, bool keepdim = false);
+Tensor mean(const Tensor& x);
+Tensor mean(const Tensor& x, const std::vector<int>& dims, bool keepdim = false);
+Tensor max(const Tensor& x, int dim, bool keepdim = false);
+// Sums a broadcast gradient back down to `shape` (the adjoint of expand).
+Tensor sum_to(const Tensor& x, const Shape& shape);
+
+// ---- layout ----------------------------------------------------------------------------
+Tensor reshape(const Tensor& x, const Shape& shape);  // one -1 allowed
+Tensor permute(const Tensor& x, const std::vector<int>& order);
+Tensor transpose(const Tensor& x, int d0, int d1);
+Tensor narrow(const Tensor& x, int dim, std::int64_t start, std::int64_t length);
+Tensor expand(const Tensor& x, const Shape& shape);
+Tensor unsqueeze(const Tensor& x, int dim);
+Tensor squeeze(const Tensor& x, int dim);
+Tensor contiguous(const Tensor& x);
+Tensor cat(const std::vector<Tensor>& xs, int dim);
+Tensor stack(const std::vector<Tensor>& xs, int dim);
+
+// ---- neural-network ops -------------------------------------------------------------
+// table (V, D) float, ids int32 of any shape -> ids.shape + (D).
+Tensor embedding(const Tensor& table, const Tensor& ids);
+Tensor softmax(const Tensor& x, int dim);
+Tensor log_softmax(const Tensor& x, int dim);
+// logits (N, V) (or (..., V), flattened), targets int32 (N) (or (...)). Mean NLL over
+// targets != ignore_index; a scalar.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int ignore_index = -100);
+// Normalises the last axis; gamma/beta (D) or undefined.
+Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps = 1e-5);
+// Inverted dropout. The mask of element i is philox(seed, offset + i); callers draw
+// (seed, offset) from their Generator (engine/rng.h). Identity when !training or p == 0.
+Tensor dropout(const Tensor& x, double p, bool training, std::uint64_t seed, std::uint64_t offset);
+// q, k, v (B, H, L, dh) -> (B, H, L, dh). softmax(q k^T / sqrt(dh) [+ causal mask]) v.
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = true);
+// z (B, L, r) -> (B, L, m, r(r-1)/2): normalised Plücker coordinates of (z_t, z_{t-Δ_j}),
+// zero where t - Δ_j < 0 (PAPERS.md §2, causal pairing with the PAST token).
+Tensor plucker_pairs(const Tensor& z, const std::vector<std::int32_t>& offsets, double eps = 1e-8);
+// Fused: the mean over the valid offsets of plucker_pairs, (B, L, r(r-1)/2), without ever
+// writing the (B, L, m, P) tensor; rows with no valid offset are zero.
+Tensor plucker_mean(const Tensor& z, const std::vector<std::int32_t>& offsets, double eps = 1e-8);
+
+// ---- the registry --------------------------------------------------------------------
+struct OpInfo {
+  const char* name;
+  const char* kernel;  // KernelTable member, "VIEW" or "COPY"
+  bool differentiable;
+  const char* summary;
+};
+const std::vector<OpInfo>& registry();
+// Does `device` have the kernel this op needs (for float32)?
+bool op_has_kernel(const OpInfo& op, DeviceKind device);
+
+}  // namespace wedge::ops
+
+namespace wedge {
+// Arithmetic operators, so model code reads like the paper's equations.
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return ops::add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return ops::sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return ops::mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return ops::div(a, b); }
+inline Tensor operator-(const Tensor& a) { return ops::neg(a); }
+inline Tensor operator+(const Tensor& a, double c) { return ops::add_scalar(a, c); }
+inline Tensor operator+(double c, const Tensor& a) { return ops::add_scalar(a, c); }
+inline Tensor operator-(const Tensor& a, double c) { return ops::add_scalar(a, -c); }
+inline Tensor operator-(double c, const Tensor& a) { return ops::add_scalar(ops::neg(a), c); }
+inline Tensor operator*(const Tensor& a, double c) { return ops::mul_scalar(a, c); }
+inline Tensor operator*(double c, const Tensor& a) { return ops::mul_scalar(a, c); }
+inline Tensor operator/(const Tensor& a, double c) { return ops::mul_scalar(a, 1.0 / c); }
+}  // namespace wedge

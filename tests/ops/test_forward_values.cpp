@@ -1,0 +1,105 @@
+// Forward values of ops on small cases computed by hand, and the errors ops raise.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "ops/ops.h"
+
+using namespace wedge;
+
+namespace {
+std::vector<double> vals(const Tensor& t) { return t.to(DType::F64).to_vector<double>(); }
+Tensor f64(std::vector<double> v, Shape s) { return Tensor::from_vector(v, s); }
+}  // namespace
+
+TEST_CASE("softmax of [1, 2, 3] by hand") {
+  const double e1 = std::exp(1.0), e2 = std::exp(2.0), e3 = std::exp(3.0), z = e1 + e2 + e3;
+  auto y = vals(ops::softmax(f64({1, 2, 3}, {1, 3}), -1));
+  CHECK(y[0] == doctest::Approx(e1 / z).epsilon(1e-12));
+  CHECK(y[1] == doctest::Approx(e2 / z).epsilon(1e-12));
+  CHECK(y[2] == doctest::Approx(e3 / z).epsilon(1e-12));
+  auto ly = vals(ops::log_softmax(f64({1, 2, 3}, {1, 3}), -1));
+  CHECK(ly[0] == doctest::Approx(1 - std::log(z)).epsilon(1e-12));
+  // Large logits must not overflow (the row max is subtracted).
+  auto big = vals(ops::softmax(Tensor::from_vector<float>({1000.f, 1000.f}, {2}), 0));
+  CHECK(big[0] == doctest::Approx(0.5));
+}
+
+TEST_CASE("layer_norm of [1, 2, 3] by hand") {
+  // mean 2, biased variance 2/3.
+  const double rstd = 1.0 / std::sqrt(2.0 / 3.0 + 1e-5);
+  auto y = vals(ops::layer_norm(f64({1, 2, 3}, {1, 3}), f64({1, 2, 1}, {3}), f64({0, 0, 0.5}, {3}), 1e-5));
+  CHECK(y[0] == doctest::Approx(-rstd).epsilon(1e-12));
+  CHECK(y[1] == doctest::Approx(0.0));
+  CHECK(y[2] == doctest::Approx(rstd + 0.5).epsilon(1e-12));
+}
+
+TEST_CASE("cross_entropy by hand, with an ignored row") {
+  // row 0: logits (0, ln 3), target 1 -> -log(3/4);  row 1 ignored.
+  Tensor logits = f64({0, std::log(3.0), 5, -5}, {2, 2});
+  Tensor targets = Tensor::from_vector<std::int32_t>({1, -100}, {2});
+  CHECK(ops::cross_entropy(logits, targets).item() == doctest::Approx(-std::log(0.75)).epsilon(1e-12));
+  Tensor all_ignored = Tensor::from_vector<std::int32_t>({-100, -100}, {2});
+  CHECK(ops::cross_entropy(logits, all_ignored).item() == 0.0);
+  CHECK_THROWS_WITH_AS(ops::cross_entropy(logits, Tensor::from_vector<std::int32_t>({2, 0}, {2})),
+                       doctest::Contains("target 2 at row 0"), std::invalid_argument);
+}
+
+TEST_CASE("Plücker pairing of a 3x3 case by hand") {
+  // r = 3, L = 2, offset 1: u = z_1 = (0, 1, 2), v = z_0 = (1, 0, 0).
+  // p = (u0 v1 - u1 v0, u0 v2 - u2 v0, u1 v2 - u2 v1) = (-1, -2, 0), |p| = sqrt 5.
+  Tensor z = f64({1, 0, 0, 0, 1, 2}, {1, 2, 3});
+  auto p = vals(ops::plucker_pairs(z, {1}));
+  REQUIRE(p.size() == 6);
+  for (int i = 0; i < 3; ++i) CHECK(p[i] == 0.0);  // t = 0 has no past partner
+  CHECK(p[3] == doctest::Approx(-1 / std::sqrt(5.0)).epsilon(1e-12));
+  CHECK(p[4] == doctest::Approx(-2 / std::sqrt(5.0)).epsilon(1e-12));
+  CHECK(p[5] == doctest::Approx(0.0));
+  // The fused mean over one offset is the same numbers.
+  auto pm = vals(ops::plucker_mean(z, {1}));
+  for (int i = 0; i < 6; ++i) CHECK(pm[i] == doctest::Approx(p[i]).epsilon(1e-12));
+}
+
+TEST_CASE("plucker_mean equals the mean of plucker_pairs over the valid offsets") {
+  Tensor z = Tensor::randn({2, 9, 5}, 3, 0, 1, DType::F64);
+  const std::vector<std::int32_t> offs = {1, 2, 4, 8};
+  auto pairs = vals(ops::plucker_pairs(z, offs));
+  auto mean = vals(ops::plucker_mean(z, offs));
+  const int P = 10, m = 4;
+  for (int b = 0; b < 2; ++b)
+    for (int t = 0; t < 9; ++t) {
+      int valid = 0;
+      for (int o : offs) valid += t - o >= 0;
+      for (int k = 0; k < P; ++k) {
+        double s = 0;
+        for (int j = 0; j < m; ++j) s += pairs[((b * 9 + t) * m + j) * P + k];
+        const double expect = valid ? s / valid : 0.0;
+        CHECK(mean[(b * 9 + t) * P + k] == doctest::Approx(expect).epsilon(1e-12));
+      }
+    }
+}
+
+TEST_CASE("attention equals softmax(q k^T / sqrt d + mask) v built from primitives") {
+  Tensor q = Tensor::randn({2, 2, 6, 4}, 1, 0, 1, DType::F64);
+  Tensor k = Tensor::randn({2, 2, 6, 4}, 2, 0, 1, DType::F64);
+  Tensor v = Tensor::randn({2, 2, 6, 4}, 3, 0, 1, DType::F64);
+  std::vector<double> mask(36);
+  for (int i = 0; i < 6; ++i)
+    for (int j = 0; j < 6; ++j) mask[i * 6 + j] = j > i ? -1e300 : 0.0;
+  Tensor scores = ops::add(ops::mul_scalar(ops::matmul(q, ops::transpose(k, -1, -2)), 0.5), f64(mask, {6, 6}));
+  auto ref = vals(ops::matmul(ops::softmax(scores, -1), v));
+  auto got = vals(ops::attention(q, k, v, true));
+  for (std::size_t i = 0; i < ref.size(); ++i) CHECK(got[i] == doctest::Approx(ref[i]).epsilon(1e-10));
+}
+
+TEST_CASE("ops reject bad arguments with messages naming the op and the shapes") {
+  Tensor a = Tensor::zeros({2, 3}), b = Tensor::zeros({4, 5});
+  CHECK_THROWS_WITH_AS(ops::matmul(a, b), doctest::Contains("matmul: inner dimensions differ: (2, 3) @ (4, 5)"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ops::add(a, b), doctest::Contains("add: cannot broadcast shapes (2, 3) and (4, 5)"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ops::add(a, Tensor::zeros({2, 3}, DType::F64)), doctest::Contains("different dtypes"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ops::reshape(a, {4}), doctest::Contains("reshape: cannot reshape (2, 3)"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ops::embedding(a, Tensor::from_vector<std::int32_t>({7}, {1})), doctest::Contains("outside the table"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ops::plucker_pairs(Tensor::zeros({1, 2, 4}), {0}), doctest::Contains("offsets must be >= 1"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ops::linear(a, Tensor::zeros({4, 2})), doctest::Contains("linear"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ops::narrow(a, 1, 2, 2), doctest::Contains("narrow: range [2, 4)"), std::invalid_argument);
+}

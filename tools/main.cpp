@@ -1,0 +1,33 @@
+// wedge: the command line. Each sub-command lives in its own tools/cmd_*.cpp; this file
+// only builds the root app and turns exceptions into one clear line and exit status 1.
+#include <cstdio>
+#include <exception>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include "kernels/kernels.h"
+#include "tools/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "wedge: a deep-learning engine written from scratch in C++ and CUDA.\n"
+      "Trains TransformerLM and GrassmannLM language models without Python.\n"
+      "Run `wedge <command> --help` for the flags of a command."};
+  app.require_subcommand(1);
+  app.fallthrough();
+  wedge::tools::register_ops_command(app);
+  wedge::tools::register_data_commands(app);
+  wedge::tools::register_model_commands(app);
+  wedge::tools::register_train_commands(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}
