@@ -1,0 +1,170 @@
+#include "tools/plot.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <stdexcept>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+namespace wedge::tools {
+
+namespace {
+
+struct Series {
+  std::string label;
+  std::vector<std::pair<double, double>> loss, ppl;  // (step, value)
+};
+
+Series read_run(const std::string& dir) {
+  const std::string path = dir + "/metrics.jsonl";
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("plot: no metrics in '" + dir + "' (" + path + " is missing)");
+  Series s;
+  s.label = std::filesystem::path(dir).filename().string();
+  if (s.label.empty()) s.label = std::filesystem::path(dir).parent_path().filename().string();
+  std::ifstream cfg(dir + "/config.json");
+  if (cfg) {
+    try {
+      auto j = nlohmann::json::parse(cfg);
+      s.label += " (" + j.at("model").value("model", std::string("?")) + ")";
+    } catch (const std::exception&) {
+    }
+  }
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.empty()) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const std::exception&) {
+      throw std::runtime_error(fmt::format("plot: {}:{} is not valid JSON", path, lineno));
+    }
+    const double step = j.value("step", 0.0);
+    if (j.contains("eval")) s.ppl.emplace_back(step, j.value("ppl", 0.0));
+    else if (j.contains("loss")) s.loss.emplace_back(step, j.value("loss", 0.0));
+  }
+  // A resumed run may repeat steps; keep the last value of each step, in step order.
+  for (auto* v : {&s.loss, &s.ppl}) {
+    std::stable_sort(v->begin(), v->end(), [](auto& a, auto& b) { return a.first < b.first; });
+    std::vector<std::pair<double, double>> uniq;
+    for (auto& p : *v) {
+      if (!uniq.empty() && uniq.back().first == p.first) uniq.back() = p;
+      else uniq.push_back(p);
+    }
+    *v = std::move(uniq);
+  }
+  return s;
+}
+
+// Smooths a noisy per-step loss with a centred moving average (window ~1 % of the run).
+std::vector<std::pair<double, double>> smooth(const std::vector<std::pair<double, double>>& v) {
+  const std::size_t w = std::max<std::size_t>(1, v.size() / 100);
+  std::vector<std::pair<double, double>> out;
+  for (std::size_t i = 0; i < v.size(); i += std::max<std::size_t>(1, w / 2)) {
+    double sum = 0;
+    std::size_t n = 0;
+    for (std::size_t j = (i >= w ? i - w : 0); j < std::min(v.size(), i + w + 1); ++j, ++n) sum += v[j].second;
+    out.emplace_back(v[i].first, sum / static_cast<double>(n));
+  }
+  return out;
+}
+
+const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+
+void panel(std::string& svg, double x0, double y0, double w, double h, const std::string& title,
+           const std::vector<std::vector<std::pair<double, double>>>& curves, bool log_y) {
+  double xmin = std::numeric_limits<double>::infinity(), xmax = -xmin, ymin = xmin, ymax = -xmin;
+  for (auto& c : curves)
+    for (auto& [x, y] : c) {
+      if (!std::isfinite(y) || (log_y && y <= 0)) continue;
+      const double yy = log_y ? std::log10(y) : y;
+      xmin = std::min(xmin, x), xmax = std::max(xmax, x), ymin = std::min(ymin, yy), ymax = std::max(ymax, yy);
+    }
+  svg += fmt::format(R"(<text x="{}" y="{}" font-size="15" font-weight="bold">{}</text>)"
+                     "\n",
+                     x0, y0 - 10, title);
+  svg += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#444"/>)"
+                     "\n",
+                     x0, y0, w, h);
+  if (!std::isfinite(xmin)) {
+    svg += fmt::format(R"(<text x="{}" y="{}" font-size="12">no data</text>)"
+                       "\n",
+                       x0 + w / 2 - 25, y0 + h / 2);
+    return;
+  }
+  if (xmax == xmin) xmax = xmin + 1;
+  if (ymax == ymin) ymax = ymin + 1;
+  const double pad = 0.05 * (ymax - ymin);
+  ymin -= pad, ymax += pad;
+  auto px = [&](double x) { return x0 + (x - xmin) / (xmax - xmin) * w; };
+  auto py = [&](double y) { return y0 + h - ((log_y ? std::log10(y) : y) - ymin) / (ymax - ymin) * h; };
+  for (int i = 0; i <= 4; ++i) {  // grid and tick labels
+    const double yy = ymin + (ymax - ymin) * i / 4.0;
+    const double label = log_y ? std::pow(10.0, yy) : yy;
+    const double ypix = y0 + h - h * i / 4.0;
+    svg += fmt::format(R"(<line x1="{}" y1="{:.1f}" x2="{}" y2="{:.1f}" stroke="#ddd"/>)"
+                       R"(<text x="{}" y="{:.1f}" font-size="11" text-anchor="end">{:.3g}</text>)"
+                       "\n",
+                       x0, ypix, x0 + w, ypix, x0 - 4, ypix + 4, label);
+    const double xx = xmin + (xmax - xmin) * i / 4.0;
+    svg += fmt::format(R"(<text x="{:.1f}" y="{}" font-size="11" text-anchor="middle">{:.0f}</text>)"
+                       "\n",
+                       px(xx), y0 + h + 15, xx);
+  }
+  svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" text-anchor="middle">step</text>)"
+                     "\n",
+                     x0 + w / 2, y0 + h + 30);
+  for (std::size_t k = 0; k < curves.size(); ++k) {
+    std::string pts;
+    for (auto& [x, y] : curves[k])
+      if (std::isfinite(y) && (!log_y || y > 0)) pts += fmt::format("{:.1f},{:.1f} ", px(x), py(y));
+    svg += fmt::format(R"(<polyline fill="none" stroke="{}" stroke-width="1.8" points="{}"/>)"
+                       "\n",
+                       kColors[k % 8], pts);
+    if (curves[k].size() <= 60)
+      for (auto& [x, y] : curves[k])
+        if (std::isfinite(y) && (!log_y || y > 0))
+          svg += fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="3" fill="{}"/>)", px(x), py(y), kColors[k % 8]);
+  }
+}
+
+}  // namespace
+
+void write_curves_svg(const std::vector<std::string>& runs, const std::string& out_path) {
+  if (runs.empty()) throw std::runtime_error("plot: give at least one run directory");
+  std::vector<Series> series;
+  for (const auto& r : runs) series.push_back(read_run(r));
+  const double W = 1000, H = 420;
+  std::string svg = fmt::format(R"(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-family="sans-serif">)"
+                                "\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
+                                W, H + 30.0 * static_cast<double>((series.size() + 1) / 2));
+  std::vector<std::vector<std::pair<double, double>>> loss, ppl;
+  for (auto& s : series) {
+    loss.push_back(smooth(s.loss));
+    ppl.push_back(s.ppl);
+  }
+  panel(svg, 70, 40, 380, 300, "training loss (smoothed)", loss, false);
+  panel(svg, 580, 40, 380, 300, "validation perplexity (log scale)", ppl, true);
+  for (std::size_t k = 0; k < series.size(); ++k) {
+    const double lx = 70 + 480.0 * static_cast<double>(k % 2), ly = 400 + 24.0 * static_cast<double>(k / 2);
+    svg += fmt::format(R"(<rect x="{}" y="{}" width="18" height="4" fill="{}"/><text x="{}" y="{}" font-size="13">{}</text>)"
+                       "\n",
+                       lx, ly - 5, kColors[k % 8], lx + 24, ly, series[k].label);
+  }
+  svg += "</svg>\n";
+  const std::string tmp = out_path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) throw std::runtime_error("plot: cannot write '" + out_path + "'");
+    out << svg;
+  }
+  std::filesystem::rename(tmp, out_path);
+}
+
+}  // namespace wedge::tools

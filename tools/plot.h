@@ -1,0 +1,14 @@
+// `wedge plot`: training loss and validation perplexity of one or several runs, side by
+// side in one self-contained SVG (no plotting library).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace wedge::tools {
+
+// Reads <run>/metrics.jsonl of each run; throws std::runtime_error naming a run without
+// metrics. Writes the SVG atomically.
+void write_curves_svg(const std::vector<std::string>& runs, const std::string& out_path);
+
+}  // namespace wedge::tools

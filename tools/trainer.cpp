@@ -1,0 +1,455 @@
+#include "tools/trainer.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include <fmt/core.h>
+
+#include "engine/autograd.h"
+#include "engine/optim.h"
+#include "engine/rng.h"
+#include "engine/safetensors.h"
+#include "engine/thread_pool.h"
+#include "models/tied_embedding_lm.h"
+#include "ops/ops.h"
+
+namespace wedge::tools {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// ---- Ctrl-C: finish the step, checkpoint, exit --------------------------------------------
+
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_sigint(int) { g_interrupted.store(true); }
+
+struct SigintScope {
+  void (*previous)(int);
+  SigintScope() : previous(std::signal(SIGINT, on_sigint)) { g_interrupted.store(false); }
+  ~SigintScope() { std::signal(SIGINT, previous); }
+};
+
+// ---- batching ---------------------------------------------------------------------------------
+
+// Training sequences are windows of L+1 tokens starting every L tokens (consecutive
+// windows share one token, so every next-token pair of the stream is a target in exactly
+// one window); the last partial window is dropped. Each epoch visits the windows in an
+// order shuffled from (seed, epoch); a batch is B consecutive windows of that order, and
+// a last incomplete batch is dropped so every step has the same shape.
+struct Batcher {
+  const std::vector<std::int32_t>* stream;
+  std::int64_t L, B, windows;
+  std::uint64_t seed;
+
+  Batcher(const std::vector<std::int32_t>& s, std::int64_t block, std::int64_t batch, std::uint64_t seed_)
+      : stream(&s), L(block), B(batch), windows(s.size() > 1 ? (static_cast<std::int64_t>(s.size()) - 1) / block : 0), seed(seed_) {}
+
+  std::int64_t steps_per_epoch() const { return windows / B; }
+
+  std::vector<std::int64_t> order(std::int64_t epoch) const {
+    std::vector<std::int64_t> idx(windows);
+    for (std::int64_t i = 0; i < windows; ++i) idx[i] = i;
+    Generator g(seed * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(epoch) + 1);
+    for (std::int64_t i = windows - 1; i > 0; --i) std::swap(idx[i], idx[g.integer(static_cast<std::uint64_t>(i) + 1)]);
+    return idx;
+  }
+
+  // inputs (B, L) and targets (B, L) for step `s` of an epoch with window order `ord`.
+  std::pair<Tensor, Tensor> batch(const std::vector<std::int64_t>& ord, std::int64_t s) const {
+    std::vector<std::int32_t> x(B * L), y(B * L);
+    for (std::int64_t b = 0; b < B; ++b) {
+      const std::int64_t start = ord[s * B + b] * L;
+      for (std::int64_t t = 0; t < L; ++t) {
+        x[b * L + t] = (*stream)[start + t];
+        y[b * L + t] = (*stream)[start + t + 1];
+      }
+    }
+    return {Tensor::from_vector(x, {B, L}), Tensor::from_vector(y, {B, L})};
+  }
+};
+
+Generator* dropout_generator(models::LanguageModel& m) {
+  if (auto* t = dynamic_cast<models::TiedEmbeddingLM*>(&m)) return &t->dropout_generator();
+  return nullptr;
+}
+
+std::map<std::string, Tensor> parameter_map(const models::LanguageModel& m) {
+  std::map<std::string, Tensor> out;
+  for (auto& [name, p] : m.named_parameters()) out[name] = p;
+  return out;
+}
+
+void load_parameters(models::LanguageModel& m, const SafeTensors& st, const std::string& file) {
+  for (auto& [name, p] : m.named_parameters()) {
+    auto it = st.tensors.find(name);
+    Tensor dst = p;
+    assign_checked(dst, it == st.tensors.end() ? Tensor() : it->second, name, file);
+  }
+}
+
+std::string fmt_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const auto s = static_cast<std::int64_t>(seconds + 0.5);
+  if (s >= 3600) return fmt::format("{}h{:02d}m", s / 3600, static_cast<int>((s % 3600) / 60));
+  if (s >= 60) return fmt::format("{}m{:02d}s", s / 60, static_cast<int>(s % 60));
+  return fmt::format("{}s", s);
+}
+
+}  // namespace
+
+nlohmann::json TrainSettings::to_json() const {
+  return {{"data", corpus.data.empty() ? "synthetic" : corpus.data},
+          {"data_dir", corpus.data_dir},
+          {"vocab", corpus.vocab},
+          {"epochs", epochs},
+          {"batch", batch},
+          {"block", block},
+          {"lr", lr},
+          {"min_lr_ratio", min_lr_ratio},
+          {"warmup", warmup},
+          {"weight_decay", weight_decay},
+          {"clip", clip},
+          {"seed", seed},
+          {"max_steps", max_steps},
+          {"eval_every", eval_every}};
+}
+
+// ---- evaluation --------------------------------------------------------------------------------
+
+EvalResult evaluate(models::LanguageModel& model, const std::vector<std::int32_t>& stream, std::int64_t block,
+                    std::int64_t batch) {
+  NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  EvalResult r;
+  const std::int64_t n = static_cast<std::int64_t>(stream.size());
+  double nll_sum = 0;
+  // Windows start every `block` tokens; window w predicts tokens (w*L, w*L + len].
+  std::vector<std::int64_t> starts;
+  for (std::int64_t s = 0; s + 1 < n; s += block) starts.push_back(s);
+  std::size_t i = 0;
+  while (i < starts.size()) {
+    // Group windows of the same length into one batch (only the last one is shorter).
+    const std::int64_t len = std::min(block, n - 1 - starts[i]);
+    std::vector<std::int32_t> x, y;
+    std::int64_t rows = 0;
+    while (i < starts.size() && rows < batch && std::min(block, n - 1 - starts[i]) == len) {
+      for (std::int64_t t = 0; t < len; ++t) {
+        x.push_back(stream[starts[i] + t]);
+        y.push_back(stream[starts[i] + t + 1]);
+      }
+      ++rows;
+      ++i;
+    }
+    Tensor logits = model.forward(Tensor::from_vector(x, {rows, len}));
+    Tensor loss = ops::cross_entropy(ops::reshape(logits, {rows * len, -1}), Tensor::from_vector(y, {rows * len}));
+    nll_sum += loss.item() * static_cast<double>(rows * len);
+    r.tokens += rows * len;
+  }
+  model.train(was_training);
+  r.nll = r.tokens > 0 ? nll_sum / static_cast<double>(r.tokens) : 0.0;
+  r.ppl = std::exp(r.nll);
+  return r;
+}
+
+// ---- training -------------------------------------------------------------------------------------
+
+TrainResult train(const models::LMConfig& config_in, const TrainSettings& settings_in) {
+  TrainSettings st = settings_in;
+  if (st.out.empty()) throw std::runtime_error("train: --out RUNDIR is required");
+  if (st.batch < 1) throw std::runtime_error("train: --batch must be >= 1");
+  if (st.block < 2) throw std::runtime_error("train: --block must be >= 2");
+  if (st.epochs < 1 && st.max_steps < 0) throw std::runtime_error("train: --epochs must be >= 1");
+  if (st.threads > 0) set_num_threads(st.threads);
+  const std::string out = st.out;
+  const std::string config_path = out + "/config.json", last_path = out + "/last.safetensors",
+                    best_path = out + "/best.safetensors", metrics_path = out + "/metrics.jsonl";
+
+  models::LMConfig config = config_in;
+  nlohmann::json resumed_settings;
+  if (st.resume) {
+    // The run directory's config wins: a resumed run is the same run.
+    std::ifstream in(config_path);
+    if (!in) throw std::runtime_error("train --resume: no run to resume in '" + out + "' (" + config_path + " is missing)");
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(in);
+      config = j.at("model").get<models::LMConfig>();
+      resumed_settings = j.at("train");
+    } catch (const std::exception& e) {
+      throw std::runtime_error("train --resume: cannot read " + config_path + ": " + e.what());
+    }
+    const auto& t = resumed_settings;
+    st.corpus.data = t.value("data", st.corpus.data);
+    st.corpus.data_dir = st.corpus.data_dir.empty() ? t.value("data_dir", std::string()) : st.corpus.data_dir;
+    st.corpus.vocab = st.corpus.vocab.empty() ? t.value("vocab", std::string()) : st.corpus.vocab;
+    st.epochs = t.value("epochs", st.epochs);
+    st.batch = t.value("batch", st.batch);
+    st.block = t.value("block", st.block);
+    st.lr = t.value("lr", st.lr);
+    st.min_lr_ratio = t.value("min_lr_ratio", st.min_lr_ratio);
+    st.warmup = t.value("warmup", st.warmup);
+    st.weight_decay = t.value("weight_decay", st.weight_decay);
+    st.clip = t.value("clip", st.clip);
+    st.seed = t.value("seed", st.seed);
+    if (settings_in.max_steps < 0) st.max_steps = t.value("max_steps", st.max_steps);
+    st.eval_every = t.value("eval_every", st.eval_every);
+  }
+  if (st.corpus.data == "synthetic") st.corpus.data.clear();
+  st.corpus.seed = st.seed;
+
+  auto say = [&](const std::string& line) {
+    std::FILE* f = st.json ? stderr : stdout;
+    std::fputs((line + "\n").c_str(), f);
+    std::fflush(f);
+  };
+
+  const auto t_load = Clock::now();
+  Corpus corpus = load_corpus(st.corpus);
+  config.vocab_size = corpus.vocab_size;
+  if (!st.resume) {
+    config.block = std::max(config.block, st.block);
+    config.seed = st.seed;
+  }
+  if (st.block > config.block)
+    throw std::runtime_error(fmt::format("train: --block {} exceeds the model's position table ({})", st.block, config.block));
+  config.validate();
+  say(fmt::format("data: {} - {} train / {} valid tokens, vocabulary {} ({:.1f}s)", corpus.name, corpus.train.size(),
+                  corpus.valid.size(), corpus.vocab_size, std::chrono::duration<double>(Clock::now() - t_load).count()));
+
+  auto model = models::make_model(config);
+  model->train();
+  const std::int64_t n_params = model->num_parameters();
+  say(fmt::format("model: {} - {} layers, d {}, d_ff {}, {} parameters", config.model, config.layers, config.d_model,
+                  config.d_ff, n_params));
+
+  Batcher batcher(corpus.train, st.block, st.batch, st.seed);
+  const std::int64_t per_epoch = batcher.steps_per_epoch();
+  if (per_epoch < 1)
+    throw std::runtime_error(fmt::format("train: the training split ({} tokens) is too small for one batch of {} x {}",
+                                         corpus.train.size(), st.batch, st.block + 1));
+  std::int64_t total_steps = per_epoch * std::max<std::int64_t>(st.epochs, 1);
+  if (st.max_steps >= 0) total_steps = std::min(total_steps, st.max_steps);
+  if (st.max_steps >= 0 && st.max_steps > per_epoch * st.epochs) total_steps = st.max_steps;
+  const std::int64_t warmup = st.warmup >= 0 ? st.warmup : std::max<std::int64_t>(1, total_steps / 20);
+
+  AdamConfig acfg;
+  acfg.lr = st.lr;
+  acfg.weight_decay = st.weight_decay;
+  acfg.beta2 = 0.98;
+  Adam opt(model->named_parameters(), acfg);
+  LrSchedule sched;
+  sched.kind = LrSchedule::Kind::WarmupCosine;
+  sched.base_lr = st.lr;
+  sched.warmup_steps = warmup;
+  sched.total_steps = total_steps;
+  sched.min_lr = st.lr * st.min_lr_ratio;
+
+  Generator* dropout_gen = dropout_generator(*model);
+  std::int64_t step = 0;
+  double best_ppl = INFINITY, last_ppl = NAN, elapsed_before = 0;
+
+  fs::create_directories(out);
+  if (st.resume) {
+    SafeTensors ck = load_safetensors(last_path);
+    load_parameters(*model, ck, last_path);
+    step = std::stoll(ck.metadata.at("step"));
+    opt.load_state(ck.tensors, step);
+    best_ppl = std::stod(ck.metadata.at("best_val_ppl"));
+    elapsed_before = std::stod(ck.metadata.at("elapsed_s"));
+    if (dropout_gen != nullptr)
+      dropout_gen->set_state(std::stoull(ck.metadata.at("dropout_seed")), std::stoull(ck.metadata.at("dropout_offset")));
+    say(fmt::format("resumed from {} at step {}", last_path, step));
+  } else {
+    std::ofstream cfg(config_path + ".tmp");
+    cfg << nlohmann::json{{"model", config}, {"train", st.to_json()}}.dump(2) << "\n";
+    cfg.close();
+    fs::rename(config_path + ".tmp", config_path);
+    std::ofstream(metrics_path, std::ios::trunc).close();
+  }
+  std::ofstream metrics(metrics_path, std::ios::app);
+
+  auto save_checkpoint = [&](const std::string& path, bool with_optimizer) {
+    std::map<std::string, Tensor> tensors = parameter_map(*model);
+    std::map<std::string, std::string> meta = {
+        {"step", std::to_string(step)},
+        {"best_val_ppl", fmt::format("{}", best_ppl)},
+        {"elapsed_s", fmt::format("{}", elapsed_before)},
+        {"model", config.model},
+    };
+    if (dropout_gen != nullptr) {
+      meta["dropout_seed"] = std::to_string(dropout_gen->seed());
+      meta["dropout_offset"] = std::to_string(dropout_gen->offset());
+    }
+    if (with_optimizer)
+      for (auto& [k, v] : opt.state_tensors()) tensors[k] = v;
+    save_safetensors(path, tensors, meta);
+  };
+
+  auto run_eval = [&](std::int64_t epoch) {
+    const auto t0 = Clock::now();
+    EvalResult ev = evaluate(*model, corpus.valid, st.block, st.batch);
+    last_ppl = ev.ppl;
+    const bool best = ev.ppl < best_ppl;
+    if (best) best_ppl = ev.ppl;
+    metrics << nlohmann::json{{"eval", "valid"}, {"step", step}, {"epoch", epoch}, {"ppl", ev.ppl}, {"nll", ev.nll},
+                              {"tokens", ev.tokens}, {"time", elapsed_before}}
+                   .dump()
+            << "\n";
+    metrics.flush();
+    say(fmt::format("eval  step {:>6}  valid ppl {:.2f}  (nll {:.4f} over {} tokens, {:.1f}s){}", step, ev.ppl, ev.nll,
+                    ev.tokens, std::chrono::duration<double>(Clock::now() - t0).count(), best ? "  best" : ""));
+    if (best) save_checkpoint(best_path, false);
+    save_checkpoint(last_path, true);
+  };
+
+  SigintScope sigint;
+  TrainResult result;
+  result.parameters = n_params;
+  const std::int64_t tokens_per_step = st.batch * st.block;
+  double window_tokens = 0, window_time = 0, run_time = 0;
+  std::int64_t run_steps = 0;
+  double loss_value = NAN;
+  std::int64_t epoch = step / per_epoch;
+  std::vector<std::int64_t> order = batcher.order(epoch);
+  say(fmt::format("training: {} steps ({} per epoch), batch {} x {}, lr {} (warm-up {}, cosine to {}), AdamW wd {}",
+                  total_steps, per_epoch, st.batch, st.block, st.lr, warmup, sched.min_lr, st.weight_decay));
+
+  while (step < total_steps) {
+    const std::int64_t e = step / per_epoch;
+    if (e != epoch) {
+      epoch = e;
+      order = batcher.order(epoch);
+    }
+    const auto t0 = Clock::now();
+    auto [x, y] = batcher.batch(order, step % per_epoch);
+    const double lr = sched.at(step);
+    opt.set_lr(lr);
+    Tensor logits = model->forward(x);
+    Tensor loss = ops::cross_entropy(ops::reshape(logits, {tokens_per_step, -1}), ops::reshape(y, {tokens_per_step}));
+    loss_value = loss.item();
+    if (!std::isfinite(loss_value)) {
+      throw std::runtime_error(fmt::format(
+          "train: the loss became {} at step {} (lr {:.3g}); stopping. The last good checkpoint is {} — try a lower --lr "
+          "or stronger --clip",
+          loss_value, step, lr, fs::exists(last_path) ? last_path : std::string("(none yet)")));
+    }
+    loss.backward();
+    logits = Tensor();
+    loss = Tensor();
+    clip_grad_norm(model->parameters(), st.clip);
+    opt.step();
+    opt.zero_grad();
+    ++step;
+    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    elapsed_before += dt;
+    window_time += dt;
+    window_tokens += static_cast<double>(tokens_per_step);
+    run_time += dt;
+    ++run_steps;
+    metrics << nlohmann::json{{"step", step}, {"epoch", epoch}, {"loss", loss_value}, {"lr", lr}, {"time", elapsed_before}}.dump()
+            << "\n";
+    if (step % st.log_every == 0 || step == total_steps || step == 1) {
+      const double tps = window_tokens / std::max(window_time, 1e-9);
+      const double eta = static_cast<double>(total_steps - step) * (run_time / static_cast<double>(run_steps));
+      say(fmt::format("step {:>6}/{}  epoch {}  loss {:.4f}  lr {:.2e}  {:.0f} tok/s  ETA {}", step, total_steps, epoch + 1,
+                      loss_value, lr, tps, fmt_duration(eta)));
+      window_time = window_tokens = 0;
+      metrics.flush();
+    }
+    const bool epoch_end = step % per_epoch == 0;
+    const bool periodic = st.eval_every > 0 && step % st.eval_every == 0;
+    if (epoch_end || periodic || step == total_steps) run_eval(epoch);
+    if (g_interrupted.load() || (st.stop_after > 0 && run_steps >= st.stop_after && step < total_steps)) {
+      save_checkpoint(last_path, true);
+      say(fmt::format("interrupted: checkpoint written at step {} to {}; continue with `wedge train --resume --out {}`", step,
+                      last_path, out));
+      result.interrupted = true;
+      break;
+    }
+  }
+  metrics.flush();
+  result.steps = step;
+  result.final_loss = loss_value;
+  result.final_val_ppl = last_ppl;
+  result.best_val_ppl = best_ppl;
+  result.tokens_per_s = run_time > 0 ? static_cast<double>(run_steps * tokens_per_step) / run_time : 0;
+  return result;
+}
+
+// ---- using a trained model --------------------------------------------------------------------------
+
+LoadedRun load_run(const std::string& run_dir, const std::string& which) {
+  const std::string config_path = run_dir + "/config.json";
+  std::ifstream in(config_path);
+  if (!in) throw std::runtime_error("no run in '" + run_dir + "': " + config_path + " is missing (train one with `wedge train --out " + run_dir + "`)");
+  LoadedRun r;
+  try {
+    nlohmann::json j = nlohmann::json::parse(in);
+    r.config = j.at("model").get<models::LMConfig>();
+    r.settings = j.at("train");
+  } catch (const std::exception& e) {
+    throw std::runtime_error("cannot read " + config_path + ": " + e.what());
+  }
+  std::string path = run_dir + "/" + which + ".safetensors";
+  if (which == "best" && !fs::exists(path)) path = run_dir + "/last.safetensors";
+  r.model = models::make_model(r.config);
+  SafeTensors st = load_safetensors(path);
+  load_parameters(*r.model, st, path);
+  r.model->eval();
+  return r;
+}
+
+std::vector<std::int32_t> generate_tokens(models::LanguageModel& model, std::vector<std::int32_t> tokens,
+                                          std::int64_t max_new, double temperature, std::int64_t top_k,
+                                          std::uint64_t seed) {
+  NoGradGuard no_grad;
+  model.eval();
+  if (tokens.empty()) throw std::runtime_error("generate: the prompt encodes to no tokens");
+  Generator gen(seed);
+  const std::int64_t block = model.config().block;
+  const std::int64_t V = model.config().vocab_size;
+  for (std::int64_t i = 0; i < max_new; ++i) {
+    const std::int64_t len = std::min<std::int64_t>(block, static_cast<std::int64_t>(tokens.size()));
+    std::vector<std::int32_t> ctx(tokens.end() - len, tokens.end());
+    Tensor logits = model.forward(Tensor::from_vector(ctx, {1, len}));
+    Tensor last = ops::narrow(ops::reshape(logits, {len, V}), 0, len - 1, 1);
+    std::vector<double> l = last.to(DType::F64).to_vector<double>();
+    std::int32_t next = 0;
+    if (temperature <= 0) {
+      next = static_cast<std::int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+    } else {
+      std::vector<std::int32_t> idx(V);
+      for (std::int64_t v = 0; v < V; ++v) idx[v] = static_cast<std::int32_t>(v);
+      const std::int64_t k = top_k > 0 ? std::min(top_k, V) : V;
+      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](std::int32_t a, std::int32_t b) {
+        return l[a] > l[b] || (l[a] == l[b] && a < b);
+      });
+      const double mx = l[idx[0]];
+      std::vector<double> p(k);
+      double z = 0;
+      for (std::int64_t j = 0; j < k; ++j) z += p[j] = std::exp((l[idx[j]] - mx) / temperature);
+      double u = gen.uniform() * z;
+      next = idx[k - 1];
+      for (std::int64_t j = 0; j < k; ++j) {
+        if (u < p[j]) {
+          next = idx[j];
+          break;
+        }
+        u -= p[j];
+      }
+    }
+    tokens.push_back(next);
+  }
+  return tokens;
+}
+
+}  // namespace wedge::tools

@@ -1,0 +1,87 @@
+// The training loop behind `wedge train`, and the pieces `eval`, `generate` and
+// `bench-step` share with it. Thin by design: it wires a Corpus, a model from
+// models/make_model, AdamW and a warm-up + cosine schedule, and reports.
+//
+// A run directory holds:
+//   config.json          the model config and the training settings (eval/generate read it)
+//   last.safetensors     parameters + AdamW moments + step/epoch/RNG state (for --resume)
+//   best.safetensors     parameters of the best validation perplexity so far
+//   metrics.jsonl        one JSON object per step ({"step","epoch","loss","lr","time"})
+//                        and per evaluation ({"eval":"valid","ppl",...})
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "models/lm.h"
+#include "tools/corpus.h"
+
+namespace wedge::tools {
+
+struct TrainSettings {
+  CorpusSpec corpus;
+  std::int64_t epochs = 1;
+  std::int64_t batch = 32;
+  std::int64_t block = 128;  // L: tokens of context per training sequence
+  double lr = 5e-4;
+  double min_lr_ratio = 0.1;  // the cosine ends at lr * min_lr_ratio
+  std::int64_t warmup = -1;   // steps; -1: 5 % of the run (at least 1)
+  double weight_decay = 0.01;
+  double clip = 1.0;
+  std::uint64_t seed = 0;
+  std::int64_t max_steps = -1;   // stop after this many steps in total (-1: no limit)
+  std::int64_t eval_every = -1;  // also evaluate every N steps (-1: only at epoch ends)
+  std::int64_t log_every = 10;
+  std::int64_t stop_after = -1;  // end this invocation after N steps, as Ctrl-C would (resumable)
+  int threads = 0;               // 0: all cores
+  std::string out;               // run directory
+  bool resume = false;
+  bool json = false;
+  bool quiet_samples = false;
+  std::string device = "cpu";
+
+  nlohmann::json to_json() const;
+};
+
+struct TrainResult {
+  std::int64_t steps = 0;
+  double final_loss = 0;
+  double final_val_ppl = 0;
+  double best_val_ppl = 0;
+  double tokens_per_s = 0;
+  std::int64_t parameters = 0;
+  bool interrupted = false;
+};
+
+// Runs (or resumes) a training run. Throws std::runtime_error on bad settings or a
+// non-finite loss (after saying so and keeping the last good checkpoint).
+TrainResult train(const models::LMConfig& model_config, const TrainSettings& settings);
+
+// Mean next-token NLL over every predicted token of `stream` (each token after the first
+// is predicted exactly once: the stream is cut into consecutive windows of L+1 tokens that
+// overlap by one, the last window shorter). Runs without gradients, in eval mode.
+struct EvalResult {
+  double nll = 0;
+  double ppl = 0;
+  std::int64_t tokens = 0;
+};
+EvalResult evaluate(models::LanguageModel& model, const std::vector<std::int32_t>& stream, std::int64_t block,
+                    std::int64_t batch);
+
+// A model restored from a run directory (config.json + best or last checkpoint).
+struct LoadedRun {
+  models::LMConfig config;
+  nlohmann::json settings;
+  std::unique_ptr<models::LanguageModel> model;
+};
+LoadedRun load_run(const std::string& run_dir, const std::string& which = "best");
+
+// Samples `max_new` tokens after `prompt` (temperature, top-k; deterministic for a seed).
+std::vector<std::int32_t> generate_tokens(models::LanguageModel& model, std::vector<std::int32_t> prompt,
+                                          std::int64_t max_new, double temperature, std::int64_t top_k,
+                                          std::uint64_t seed);
+
+}  // namespace wedge::tools
