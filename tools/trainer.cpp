@@ -16,6 +16,7 @@
 #include "engine/rng.h"
 #include "engine/safetensors.h"
 #include "engine/thread_pool.h"
+#include "data/wikitext.h"
 #include "models/tied_embedding_lm.h"
 #include "ops/ops.h"
 
@@ -35,45 +36,6 @@ struct SigintScope {
   void (*previous)(int);
   SigintScope() : previous(std::signal(SIGINT, on_sigint)) { g_interrupted.store(false); }
   ~SigintScope() { std::signal(SIGINT, previous); }
-};
-
-// ---- batching ---------------------------------------------------------------------------------
-
-// Training sequences are windows of L+1 tokens starting every L tokens (consecutive
-// windows share one token, so every next-token pair of the stream is a target in exactly
-// one window); the last partial window is dropped. Each epoch visits the windows in an
-// order shuffled from (seed, epoch); a batch is B consecutive windows of that order, and
-// a last incomplete batch is dropped so every step has the same shape.
-struct Batcher {
-  const std::vector<std::int32_t>* stream;
-  std::int64_t L, B, windows;
-  std::uint64_t seed;
-
-  Batcher(const std::vector<std::int32_t>& s, std::int64_t block, std::int64_t batch, std::uint64_t seed_)
-      : stream(&s), L(block), B(batch), windows(s.size() > 1 ? (static_cast<std::int64_t>(s.size()) - 1) / block : 0), seed(seed_) {}
-
-  std::int64_t steps_per_epoch() const { return windows / B; }
-
-  std::vector<std::int64_t> order(std::int64_t epoch) const {
-    std::vector<std::int64_t> idx(windows);
-    for (std::int64_t i = 0; i < windows; ++i) idx[i] = i;
-    Generator g(seed * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(epoch) + 1);
-    for (std::int64_t i = windows - 1; i > 0; --i) std::swap(idx[i], idx[g.integer(static_cast<std::uint64_t>(i) + 1)]);
-    return idx;
-  }
-
-  // inputs (B, L) and targets (B, L) for step `s` of an epoch with window order `ord`.
-  std::pair<Tensor, Tensor> batch(const std::vector<std::int64_t>& ord, std::int64_t s) const {
-    std::vector<std::int32_t> x(B * L), y(B * L);
-    for (std::int64_t b = 0; b < B; ++b) {
-      const std::int64_t start = ord[s * B + b] * L;
-      for (std::int64_t t = 0; t < L; ++t) {
-        x[b * L + t] = (*stream)[start + t];
-        y[b * L + t] = (*stream)[start + t + 1];
-      }
-    }
-    return {Tensor::from_vector(x, {B, L}), Tensor::from_vector(y, {B, L})};
-  }
 };
 
 Generator* dropout_generator(models::LanguageModel& m) {
@@ -130,29 +92,16 @@ EvalResult evaluate(models::LanguageModel& model, const std::vector<std::int32_t
   const bool was_training = model.is_training();
   model.eval();
   EvalResult r;
-  const std::int64_t n = static_cast<std::int64_t>(stream.size());
   double nll_sum = 0;
-  // Windows start every `block` tokens; window w predicts tokens (w*L, w*L + len].
-  std::vector<std::int64_t> starts;
-  for (std::int64_t s = 0; s + 1 < n; s += block) starts.push_back(s);
-  std::size_t i = 0;
-  while (i < starts.size()) {
-    // Group windows of the same length into one batch (only the last one is shorter).
-    const std::int64_t len = std::min(block, n - 1 - starts[i]);
-    std::vector<std::int32_t> x, y;
-    std::int64_t rows = 0;
-    while (i < starts.size() && rows < batch && std::min(block, n - 1 - starts[i]) == len) {
-      for (std::int64_t t = 0; t < len; ++t) {
-        x.push_back(stream[starts[i] + t]);
-        y.push_back(stream[starts[i] + t + 1]);
-      }
-      ++rows;
-      ++i;
-    }
-    Tensor logits = model.forward(Tensor::from_vector(x, {rows, len}));
-    Tensor loss = ops::cross_entropy(ops::reshape(logits, {rows * len, -1}), Tensor::from_vector(y, {rows * len}));
-    nll_sum += loss.item() * static_cast<double>(rows * len);
-    r.tokens += rows * len;
+  const data::LmBatcher batcher(stream, static_cast<std::size_t>(block), static_cast<std::size_t>(batch), 0);
+  for (std::size_t i = 0; i < batcher.eval_batches(); ++i) {
+    const data::LmBatch b = batcher.eval_batch(i);
+    const auto rows = static_cast<std::int64_t>(b.rows), L = static_cast<std::int64_t>(b.block);
+    Tensor logits = model.forward(Tensor::from_vector(b.inputs, {rows, L}));
+    Tensor loss = ops::cross_entropy(ops::reshape(logits, {rows * L, -1}), Tensor::from_vector(b.targets, {rows * L}),
+                                     data::kIgnoreTarget);
+    nll_sum += loss.item() * static_cast<double>(b.predicted_tokens);
+    r.tokens += static_cast<std::int64_t>(b.predicted_tokens);
   }
   model.train(was_training);
   r.nll = r.tokens > 0 ? nll_sum / static_cast<double>(r.tokens) : 0.0;
@@ -231,8 +180,8 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   say(fmt::format("model: {} - {} layers, d {}, d_ff {}, {} parameters", config.model, config.layers, config.d_model,
                   config.d_ff, n_params));
 
-  Batcher batcher(corpus.train, st.block, st.batch, st.seed);
-  const std::int64_t per_epoch = batcher.steps_per_epoch();
+  const data::LmBatcher batcher(corpus.train, static_cast<std::size_t>(st.block), static_cast<std::size_t>(st.batch), 0);
+  const auto per_epoch = static_cast<std::int64_t>(batcher.train_batches_per_epoch());
   if (per_epoch < 1)
     throw std::runtime_error(fmt::format("train: the training split ({} tokens) is too small for one batch of {} x {}",
                                          corpus.train.size(), st.batch, st.block + 1));
@@ -314,12 +263,11 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   SigintScope sigint;
   TrainResult result;
   result.parameters = n_params;
-  const std::int64_t tokens_per_step = st.batch * st.block;
-  double window_tokens = 0, window_time = 0, run_time = 0;
+  double window_tokens = 0, window_time = 0, run_time = 0, run_tokens = 0;
   std::int64_t run_steps = 0;
   double loss_value = NAN;
   std::int64_t epoch = step / per_epoch;
-  std::vector<std::int64_t> order = batcher.order(epoch);
+  std::vector<std::uint32_t> order = batcher.epoch_order(st.seed, static_cast<std::uint64_t>(epoch));
   say(fmt::format("training: {} steps ({} per epoch), batch {} x {}, lr {} (warm-up {}, cosine to {}), AdamW wd {}",
                   total_steps, per_epoch, st.batch, st.block, st.lr, warmup, sched.min_lr, st.weight_decay));
 
@@ -327,14 +275,16 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     const std::int64_t e = step / per_epoch;
     if (e != epoch) {
       epoch = e;
-      order = batcher.order(epoch);
+      order = batcher.epoch_order(st.seed, static_cast<std::uint64_t>(epoch));
     }
     const auto t0 = Clock::now();
-    auto [x, y] = batcher.batch(order, step % per_epoch);
+    const data::LmBatch b = batcher.train_batch(order, static_cast<std::size_t>(step % per_epoch));
+    const auto rows = static_cast<std::int64_t>(b.rows), tokens_this_step = rows * st.block;
+    Tensor x = Tensor::from_vector(b.inputs, {rows, st.block}), y = Tensor::from_vector(b.targets, {rows * st.block});
     const double lr = sched.at(step);
     opt.set_lr(lr);
     Tensor logits = model->forward(x);
-    Tensor loss = ops::cross_entropy(ops::reshape(logits, {tokens_per_step, -1}), ops::reshape(y, {tokens_per_step}));
+    Tensor loss = ops::cross_entropy(ops::reshape(logits, {tokens_this_step, -1}), y, data::kIgnoreTarget);
     loss_value = loss.item();
     if (!std::isfinite(loss_value)) {
       throw std::runtime_error(fmt::format(
@@ -352,7 +302,8 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     elapsed_before += dt;
     window_time += dt;
-    window_tokens += static_cast<double>(tokens_per_step);
+    window_tokens += static_cast<double>(tokens_this_step);
+    run_tokens += static_cast<double>(tokens_this_step);
     run_time += dt;
     ++run_steps;
     metrics << nlohmann::json{{"step", step}, {"epoch", epoch}, {"loss", loss_value}, {"lr", lr}, {"time", elapsed_before}}.dump()
@@ -381,7 +332,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   result.final_loss = loss_value;
   result.final_val_ppl = last_ppl;
   result.best_val_ppl = best_ppl;
-  result.tokens_per_s = run_time > 0 ? static_cast<double>(run_steps * tokens_per_step) / run_time : 0;
+  result.tokens_per_s = run_time > 0 ? run_tokens / run_time : 0;
   return result;
 }
 

@@ -1,0 +1,169 @@
+// Character classes, the UTF-8 replacement policy and BERT normalisation / word splitting,
+// checked on hand-worked cases (expected values from the Unicode standard and from the
+// reference tokenizer's behaviour as documented in data/unicode.h).
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "data/basic_tokenizer.h"
+#include "data/unicode.h"
+
+using namespace wedge::data;
+namespace uc = wedge::data::unicode;
+
+namespace {
+
+std::vector<char32_t> code_points(const std::string& s) {
+  std::vector<char32_t> out;
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto d = uc::decode_utf8(p + i, s.size() - i);
+    out.push_back(d.code_point);
+    i += d.length;
+  }
+  return out;
+}
+
+using Words = std::vector<std::string>;
+
+// A string literal with embedded NULs kept.
+template <std::size_t N>
+std::string bytes(const char (&literal)[N]) {
+  return std::string(literal, N - 1);
+}
+
+}  // namespace
+
+TEST_CASE("decode_utf8 decodes every encoding length") {
+  const std::string s = "a\u00e9\u20ac\U0001F600";
+  CHECK(code_points(s) == std::vector<char32_t>{'a', 0xE9, 0x20AC, 0x1F600});
+  std::string round;
+  for (char32_t c : code_points(s)) uc::append_utf8(round, c);
+  CHECK(round == s);
+}
+
+TEST_CASE("ill-formed UTF-8 becomes U+FFFD per maximal subpart") {
+  // Same counts as Python's bytes.decode("utf-8", errors="replace").
+  CHECK(code_points("a\xff" "b") == std::vector<char32_t>{'a', 0xFFFD, 'b'});
+  CHECK(code_points("\xc0\x80") == std::vector<char32_t>{0xFFFD, 0xFFFD});          // overlong NUL
+  CHECK(code_points("\xed\xa0\x80") == std::vector<char32_t>{0xFFFD, 0xFFFD, 0xFFFD});  // surrogate
+  CHECK(code_points("\xf4\x90\x80\x80") == std::vector<char32_t>(4, 0xFFFD));        // above U+10FFFF
+  CHECK(code_points("\xe2\x82") == std::vector<char32_t>{0xFFFD});                   // truncated: one subpart
+  CHECK(code_points("\xe2\x82" "x") == std::vector<char32_t>{0xFFFD, 'x'});
+  CHECK(code_points("\xf0\x9f\x98") == std::vector<char32_t>{0xFFFD});
+  CHECK(uc::to_valid_utf8("ok\x80") == "ok\ufffd");
+  CHECK(uc::is_valid_utf8("caf\u00e9 \ufffd"));
+  CHECK_FALSE(uc::is_valid_utf8("caf\xe9"));
+}
+
+TEST_CASE("character classes follow the reference tokenizer") {
+  // whitespace: Unicode White_Space (Rust's char::is_whitespace)
+  for (char32_t c : {U' ', U'\t', U'\n', U'\r', char32_t(0x0B), char32_t(0x85), char32_t(0xA0), char32_t(0x2028),
+                     char32_t(0x2029), char32_t(0x3000), char32_t(0x202F)})
+    CHECK(uc::is_whitespace(c));
+  for (char32_t c : {U'a', char32_t(0x200B), char32_t(0x180E), char32_t(0x1C)}) CHECK_FALSE(uc::is_whitespace(c));
+
+  // control: Cc, Cf, Co but not \t \n \r and not unassigned code points
+  for (char32_t c : {char32_t(0x00), char32_t(0x07), char32_t(0x7F), char32_t(0x200B), char32_t(0xFEFF),
+                     char32_t(0x00AD), char32_t(0xE000), char32_t(0xF0000)})
+    CHECK(uc::is_control(c));
+  for (char32_t c : {U'\t', U'\n', U'\r', U'a', char32_t(0x0378), char32_t(0x0890)}) CHECK_FALSE(uc::is_control(c));
+
+  // punctuation: the ASCII symbol ranges plus Unicode P*
+  for (char32_t c : {U'!', U'$', U'+', U'<', U'^', U'`', U'|', U'~', char32_t(0xA7), char32_t(0x2014),
+                     char32_t(0x201C), char32_t(0x3001), char32_t(0x166D), char32_t(0x111C9)})
+    CHECK(uc::is_punctuation(c));
+  for (char32_t c : {U'a', U'0', U' ', char32_t(0x20AC), char32_t(0xA9), char32_t(0x061D), char32_t(0x2E52)})
+    CHECK_FALSE(uc::is_punctuation(c));
+
+  // CJK: BERT's blocks, with the reference's Extension E start
+  for (char32_t c : {char32_t(0x4E2D), char32_t(0x3400), char32_t(0x20000), char32_t(0xF900), char32_t(0x2B920),
+                     char32_t(0x2F800)})
+    CHECK(uc::is_cjk_ideograph(c));
+  for (char32_t c : {char32_t(0x3042), char32_t(0x30AB), char32_t(0xAC00), char32_t(0x2B820), char32_t(0x3007)})
+    CHECK_FALSE(uc::is_cjk_ideograph(c));
+
+  // non-spacing marks, as of Unicode 8.0 where the answer has changed since
+  CHECK(uc::is_nonspacing_mark(0x0301));
+  CHECK(uc::is_nonspacing_mark(0x1734));      // Mn in 8.0, Mc today
+  CHECK_FALSE(uc::is_nonspacing_mark(0x07FD));  // assigned in 11.0
+  CHECK_FALSE(uc::is_nonspacing_mark(0x0903));  // Mc
+}
+
+TEST_CASE("canonical decomposition and lower-casing") {
+  char32_t out[8];
+  REQUIRE(uc::canonical_decomposition(0x1EAD, out) == 3);  // ậ = a + dot below + circumflex
+  CHECK(out[0] == U'a');
+  CHECK(out[1] == 0x0323);
+  CHECK(out[2] == 0x0302);
+  REQUIRE(uc::canonical_decomposition(0xAC00, out) == 2);  // 가 = ᄀ + ᅡ
+  CHECK(out[0] == 0x1100);
+  CHECK(out[1] == 0x1161);
+  REQUIRE(uc::canonical_decomposition(0xF900, out) == 1);  // compatibility ideograph → unified
+  CHECK(out[0] == 0x8C48);
+  REQUIRE(uc::canonical_decomposition(0x11938, out) == 1);  // decomposable only since Unicode 13
+  CHECK(out[0] == 0x11938);
+  CHECK(uc::combining_class(0x0301) == 230);
+  CHECK(uc::combining_class(0x0323) == 220);
+
+  char32_t lower[2];
+  REQUIRE(uc::to_lower_full(0x130, lower) == 2);
+  CHECK(lower[0] == U'i');
+  CHECK(lower[1] == 0x307);
+  REQUIRE(uc::to_lower_full(0x3A3, lower) == 1);
+  CHECK(lower[0] == 0x3C3);
+  REQUIRE(uc::to_lower_full(U'Z', lower) == 1);
+  CHECK(lower[0] == U'z');
+}
+
+TEST_CASE("uncased BERT normalisation") {
+  const BasicTokenizer bert;
+  CHECK(bert.normalize("H\u00e9llo, W\u00f6rld!") == "hello, world!");
+  CHECK(bert.normalize("\u00c5NGSTR\u00d6M") == "angstrom");
+  CHECK(bert.normalize("\u4e2d\u56fd") == " \u4e2d  \u56fd ");  // each ideograph padded with spaces
+  CHECK(bert.normalize("a\tb\nc\u00a0d") == "a b c d");           // whitespace becomes a space
+  CHECK(bert.normalize(bytes("a\x00" "b\x07" "c\u200bd\ufeff")) == "abcd");  // deleted
+  CHECK(bert.normalize("x\xff" "y") == "xy");      // a bad byte is U+FFFD, which cleaning deletes
+  CHECK(bert.normalize("\u0130") == "i");           // İ: decomposed, dot dropped, lower-cased
+  CHECK(bert.normalize("\u1e9e\u00df") == "\u00df\u00df");  // ẞ lower-cases to ß, which stays
+  CHECK(bert.normalize("\uff21") == "\uff41");      // full-width letters are not folded (no NFKC)
+  // canonical reordering sees through deleted characters: 1D16D (ccc 226) after 1D165 (ccc 216)
+  CHECK(bert.normalize("x\U0001D16D\u200b\U0001D165y") == "x\U0001D165\U0001D16Dy");
+}
+
+TEST_CASE("cased options keep what uncased BERT removes") {
+  NormalizerOptions cased;
+  cased.lowercase = false;  // strip_accents follows: off
+  CHECK(BasicTokenizer(cased).normalize("H\u00e9llo \u0130") == "H\u00e9llo \u0130");
+
+  NormalizerOptions lower_only;
+  lower_only.strip_accents = false;
+  CHECK(BasicTokenizer(lower_only).normalize("\u0130X\u00c9") == "i\u0307x\u00e9");  // full lower-case mapping
+
+  NormalizerOptions strip_only;
+  strip_only.lowercase = false;
+  strip_only.strip_accents = true;
+  CHECK(BasicTokenizer(strip_only).normalize("H\u00e9LLO") == "HeLLO");
+
+  NormalizerOptions raw;
+  raw.clean_text = false;
+  raw.handle_chinese_chars = false;
+  CHECK(BasicTokenizer(raw).split("a\x07" "b\u4e2d\u56fd") == Words{"a\x07" "b\u4e2d\u56fd"});
+}
+
+TEST_CASE("splitting on whitespace and punctuation") {
+  const BasicTokenizer bert;
+  CHECK(bert.split("Hello, world!") == Words{"hello", ",", "world", "!"});
+  CHECK(bert.split("  many   spaces  ") == Words{"many", "spaces"});
+  CHECK(bert.split("e-mail $5.00 (a|b)") == Words{"e", "-", "mail", "$", "5", ".", "00", "(", "a", "|", "b", ")"});
+  CHECK(bert.split("don't") == Words{"don", "'", "t"});
+  CHECK(bert.split("\u201cquoted\u201d\u2014dash") == Words{"\u201c", "quoted", "\u201d", "\u2014", "dash"});
+  CHECK(bert.split("\u4e2d\u56fd\u4eba") == Words{"\u4e2d", "\u56fd", "\u4eba"});
+  CHECK(bert.split("ab\u4e2dcd") == Words{"ab", "\u4e2d", "cd"});
+  CHECK(bert.split("x\u2028y\u3000z") == Words{"x", "y", "z"});
+  CHECK(bert.split("\u00e9\u0301\u0301") == Words{"e"});
+  CHECK(bert.split("").empty());
+  CHECK(bert.split(" \t\n").empty());
+}
