@@ -1,0 +1,76 @@
+// Layer normalisation over the last axis of (rows, D):
+//   mean = (1/D) sum_d x_d,   var = (1/D) sum_d (x_d - mean)^2   (biased, as in the paper)
+//   rstd = 1 / sqrt(var + eps),   xhat_d = (x_d - mean) * rstd,   y_d = gamma_d xhat_d + beta_d
+#include <cmath>
+
+#include "kernels/ref/ref.h"
+
+namespace wedge::kernels::ref {
+
+template <typename T>
+void layer_norm_forward(const T* x, const T* gamma, const T* beta, i64 rows, i64 D, T eps, T* y,
+                        T* mean, T* rstd) {
+  for (i64 r = 0; r < rows; ++r) {
+    const T* xr = x + r * D;
+    T* yr = y + r * D;
+    // Two passes (mean first, then squared deviations): no cancellation as in E[x^2]-E[x]^2.
+    acc_t sum = 0;
+    for (i64 d = 0; d < D; ++d) sum += xr[d];
+    const acc_t mu = sum / acc_t(D);
+    acc_t squares = 0;
+    for (i64 d = 0; d < D; ++d) squares += (acc_t(xr[d]) - mu) * (acc_t(xr[d]) - mu);
+    const acc_t inv_std = 1.0 / std::sqrt(squares / acc_t(D) + acc_t(eps));
+    for (i64 d = 0; d < D; ++d) {
+      const acc_t xhat = (acc_t(xr[d]) - mu) * inv_std;
+      const acc_t scale = gamma != nullptr ? acc_t(gamma[d]) : 1.0;
+      const acc_t shift = beta != nullptr ? acc_t(beta[d]) : 0.0;
+      yr[d] = T(scale * xhat + shift);
+    }
+    mean[r] = T(mu);
+    rstd[r] = T(inv_std);
+  }
+}
+
+// With g_d = gy_d * gamma_d (the gradient reaching xhat):
+//   gx_d = rstd * (g_d - mean_k(g_k) - xhat_d * mean_k(g_k xhat_k))
+//   ggamma_d = sum_rows gy_d xhat_d,   gbeta_d = sum_rows gy_d
+template <typename T>
+void layer_norm_backward(const T* x, const T* gamma, const T* mean, const T* rstd, const T* gy,
+                         i64 rows, i64 D, T* gx, T* ggamma, T* gbeta) {
+  auto xhat = [&](i64 r, i64 d) { return (acc_t(x[r * D + d]) - acc_t(mean[r])) * acc_t(rstd[r]); };
+  for (i64 r = 0; r < rows; ++r) {
+    auto g = [&](i64 d) {
+      return acc_t(gy[r * D + d]) * (gamma != nullptr ? acc_t(gamma[d]) : 1.0);
+    };
+    acc_t sum_g = 0, sum_g_xhat = 0;
+    for (i64 d = 0; d < D; ++d) {
+      sum_g += g(d);
+      sum_g_xhat += g(d) * xhat(r, d);
+    }
+    const acc_t mean_g = sum_g / acc_t(D), mean_g_xhat = sum_g_xhat / acc_t(D);
+    for (i64 d = 0; d < D; ++d) {
+      gx[r * D + d] = T(acc_t(rstd[r]) * (g(d) - mean_g - xhat(r, d) * mean_g_xhat));
+    }
+  }
+  // Column sums over rows, one column at a time so each keeps a double accumulator
+  // without any scratch memory.
+  for (i64 d = 0; d < D; ++d) {
+    acc_t sum_gy_xhat = 0, sum_gy = 0;
+    for (i64 r = 0; r < rows; ++r) {
+      sum_gy_xhat += acc_t(gy[r * D + d]) * xhat(r, d);
+      sum_gy += acc_t(gy[r * D + d]);
+    }
+    if (ggamma != nullptr) ggamma[d] = T(sum_gy_xhat);
+    if (gbeta != nullptr) gbeta[d] = T(sum_gy);
+  }
+}
+
+#define WEDGE_REF_INSTANTIATE(T)                                                                   \
+  template void layer_norm_forward<T>(const T*, const T*, const T*, i64, i64, T, T*, T*, T*);      \
+  template void layer_norm_backward<T>(const T*, const T*, const T*, const T*, const T*, i64, i64, \
+                                       T*, T*, T*);
+WEDGE_REF_INSTANTIATE(float)
+WEDGE_REF_INSTANTIATE(double)
+#undef WEDGE_REF_INSTANTIATE
+
+}  // namespace wedge::kernels::ref
