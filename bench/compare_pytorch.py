@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""Training-step throughput of wedge and PyTorch side by side, in one run.
+
+A benchmark only: the engine never uses Python. It builds the same two models as wedge
+(TransformerLM and GrassmannLM of PAPERS.md, same sizes, tied head, post-LN, exact GELU)
+in PyTorch, times forward + cross-entropy + backward + AdamW on random tokens, runs
+`wedge bench-step` with the same configuration right before, and prints both figures
+and the ratio.
+
+PyTorch is given its best conditions on this machine: Debian's OpenBLAS forced to its
+SkylakeX kernels (it does not recognise this CPU otherwise), 2 threads, and glibc told to
+keep freed memory so the big logits buffers are not page-faulted in again every step.
+These variables must be set before the libraries load, so the script re-executes itself
+with them.
+
+    python3 bench/compare_pytorch.py                 # small config, both models
+    python3 bench/compare_pytorch.py --paper         # 6-layer paper config (slow)
+    python3 bench/compare_pytorch.py --seq-scaling   # 2 layers, d 128, batch 1, L 256..8192
+"""
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+ENV = {
+    "OPENBLAS_CORETYPE": "SkylakeX",
+    "OMP_NUM_THREADS": "2",
+    "OPENBLAS_NUM_THREADS": "2",
+    "MALLOC_MMAP_MAX_": "0",
+    "MALLOC_TRIM_THRESHOLD_": "100000000000",
+}
+
+
+def reexec_with_env():
+    if os.environ.get("WEDGE_BENCH_CHILD") == "1":
+        return
+    env = dict(os.environ)
+    env.update(ENV)
+    env["WEDGE_BENCH_CHILD"] = "1"
+    os.execve(sys.executable, [sys.executable] + sys.argv, env)
+
+
+def torch_models(torch):
+    nn = torch.nn
+    F = torch.nn.functional
+
+    class FFN(nn.Module):
+        def __init__(self, d, dff):
+            super().__init__()
+            self.w1, self.w2 = nn.Linear(d, dff), nn.Linear(dff, d)
+
+        def forward(self, h):
+            return self.w2(F.gelu(self.w1(h)))
+
+    class Attn(nn.Module):
+        def __init__(self, d, heads):
+            super().__init__()
+            self.h = heads
+            self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, d)
+
+        def forward(self, x):
+            B, L, d = x.shape
+            q, k, v = self.qkv(x).view(B, L, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)
+            s = q @ k.transpose(-1, -2) / (d // self.h) ** 0.5
+            mask = torch.triu(torch.ones(L, L, dtype=torch.bool), 1)
+            p = torch.softmax(s.masked_fill(mask, float("-inf")), -1)
+            return self.out((p @ v).transpose(1, 2).reshape(B, L, d))
+
+    class Mix(nn.Module):
+        """Causal Grassmann mixing written the way the paper's PyTorch code does it:
+        Plücker coordinates materialised for every offset, then projected."""
+
+        def __init__(self, d, r, windows):
+            super().__init__()
+            self.windows = windows
+            self.red = nn.Linear(d, r)
+            iu = torch.triu_indices(r, r, 1)
+            self.register_buffer("ii", iu[0])
+            self.register_buffer("jj", iu[1])
+            self.plu = nn.Linear(r * (r - 1) // 2, d)
+            self.out = nn.Linear(d, d)
+            self.gate = nn.Linear(2 * d, d)
+
+        def forward(self, h, drop):
+            B, L, d = h.shape
+            z = self.red(h)
+            acc = torch.zeros(B, L, d)
+            count = torch.zeros(1, L, 1)
+            for delta in self.windows:
+                if delta >= L:
+                    continue
+                u, v = z[:, delta:], z[:, :-delta]
+                p = u[..., self.ii] * v[..., self.jj] - u[..., self.jj] * v[..., self.ii]
+                p = p / p.norm(dim=-1, keepdim=True).clamp_min(1e-8)
+                g = self.plu(p)
+                acc = acc + F.pad(g, (0, 0, delta, 0))
+                count = count + F.pad(torch.ones(1, L - delta, 1), (0, 0, delta, 0))
+            g = self.out(acc / count.clamp_min(1)) * (count > 0)
+            a = torch.sigmoid(self.gate(torch.cat([h, g], -1)))
+            return a * h + (1 - a) * drop(g)
+
+    class LM(nn.Module):
+        def __init__(self, kind, V, layers, d, dff, heads, block, r, windows):
+            super().__init__()
+            self.kind = kind
+            self.tok, self.pos = nn.Embedding(V, d), nn.Embedding(block, d)
+            self.mix = nn.ModuleList(
+                [Attn(d, heads) if kind == "transformer" else Mix(d, r, windows) for _ in range(layers)])
+            self.ffn = nn.ModuleList([FFN(d, dff) for _ in range(layers)])
+            self.n1 = nn.ModuleList([nn.LayerNorm(d) for _ in range(layers)])
+            self.n2 = nn.ModuleList([nn.LayerNorm(d) for _ in range(layers)])
+            self.drop = nn.Dropout(0.1)
+
+        def forward(self, x):
+            L = x.shape[1]
+            h = self.drop(self.tok(x) + self.pos(torch.arange(L)))
+            for mix, ffn, n1, n2 in zip(self.mix, self.ffn, self.n1, self.n2):
+                if self.kind == "transformer":
+                    h = n1(h + self.drop(mix(h)))
+                else:
+                    h = n1(mix(h, self.drop))
+                h = n2(h + self.drop(ffn(h)))
+            return h @ self.tok.weight.t()
+
+    return LM
+
+
+def bench_torch(cfg, batch, steps, warmup):
+    import torch
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    LM = torch_models(torch)
+    model = LM(cfg["model"], cfg["vocab"], cfg["layers"], cfg["d"], cfg["dff"], cfg["heads"], cfg["block"], cfg["rank"],
+               cfg["windows"])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    times = []
+    for s in range(warmup + steps):
+        x = torch.randint(0, cfg["vocab"], (batch, cfg["block"] + 1))
+        t0 = time.perf_counter()
+        logits = model(x[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg["vocab"]), x[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if s >= warmup:
+            times.append(time.perf_counter() - t0)
+    times.sort()
+    med = times[len(times) // 2]
+    return {"step_ms": med * 1000, "tokens_per_s": batch * cfg["block"] / med,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def bench_wedge(wedge, cfg, batch, steps, warmup):
+    cmd = [wedge, "bench-step", "--model", cfg["model"], "--vocab-size", str(cfg["vocab"]), "--layers", str(cfg["layers"]),
+           "--d-model", str(cfg["d"]), "--d-ff", str(cfg["dff"]), "--heads", str(cfg["heads"]), "--block", str(cfg["block"]),
+           "--rank", str(cfg["rank"]), "--windows", ",".join(map(str, cfg["windows"])), "--batch", str(batch),
+           "--steps", str(steps), "--warmup-steps", str(warmup), "--threads", "2", "--json"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    return json.loads(out)
+
+
+def run_in_child(args, cfg, batch, steps, warmup):
+    """PyTorch in a fresh process so its peak RSS is its own."""
+    out = subprocess.run([sys.executable, __file__, "--torch-child", json.dumps([cfg, batch, steps, warmup])],
+                         check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    return json.loads(out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--wedge", default=os.path.join(os.path.dirname(__file__), "..", "build", "wedge"))
+    ap.add_argument("--paper", action="store_true", help="the 6-layer paper configuration at batch 32 x 128")
+    ap.add_argument("--seq-scaling", action="store_true", help="2 layers, d 128, batch 1, block 256..8192")
+    ap.add_argument("--models", default="transformer,grassmann")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--torch-child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.torch_child:
+        cfg, batch, steps, warmup = json.loads(args.torch_child)
+        print(json.dumps(bench_torch(cfg, batch, steps, warmup)))
+        return
+
+    runs = []
+    for model in args.models.split(","):
+        if args.seq_scaling:
+            for L in (256, 1024, 4096, 8192):
+                runs.append(({"model": model, "vocab": 8192, "layers": 2, "d": 128, "dff": 512, "heads": 4, "block": L,
+                              "rank": 16, "windows": [1, 2, 4, 8, 12, 16]}, 1))
+        elif args.paper:
+            runs.append(({"model": model, "vocab": 30522, "layers": 6, "d": 256, "dff": 1024, "heads": 4, "block": 128,
+                          "rank": 32, "windows": [1, 2, 4, 8, 12, 16]}, 32))
+        else:
+            runs.append(({"model": model, "vocab": 8192, "layers": 4, "d": 128, "dff": 512, "heads": 4, "block": 128,
+                          "rank": 16, "windows": [1, 2, 4, 8, 12, 16]}, 16))
+    print(f"{'model':<12} {'block':>6} {'batch':>5} {'wedge tok/s':>12} {'torch tok/s':>12} {'ratio':>6} "
+          f"{'wedge RSS MB':>13} {'torch RSS MB':>13}")
+    for cfg, batch in runs:
+        w = bench_wedge(args.wedge, cfg, batch, args.steps, 1)
+        t = run_in_child(args, cfg, batch, args.steps, 1)
+        print(f"{cfg['model']:<12} {cfg['block']:>6} {batch:>5} {w['tokens_per_s']:>12.0f} {t['tokens_per_s']:>12.0f} "
+              f"{w['tokens_per_s'] / t['tokens_per_s']:>6.2f} {w['peak_rss_mb']:>13.0f} {t['peak_rss_mb']:>13.0f}",
+              flush=True)
+
+
+if __name__ == "__main__":
+    reexec_with_env()
+    main()
