@@ -1,0 +1,119 @@
+// LMConfig: the offsets each Grassmann layer uses, the consistency checks (whose messages
+// name the command-line flag a user would change), the JSON form stored beside every
+// checkpoint, and make_model(), the one place that knows every model class.
+#include "models/lm.h"
+
+#include <stdexcept>
+#include <string>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "models/grassmann.h"
+#include "models/transformer.h"
+
+namespace wedge::models {
+
+std::vector<std::int32_t> LMConfig::offsets_for_layer(std::int64_t i) const {
+  if (i < 0 || i >= layers)
+    throw std::invalid_argument(fmt::format("layer {} is out of range for --layers {}", i, layers));
+  if (!window_schedule.empty()) {
+    if (static_cast<std::int64_t>(window_schedule.size()) != layers)
+      throw std::invalid_argument(fmt::format(
+          "--window-schedule has {} offsets but --layers is {} (one offset per layer)",
+          window_schedule.size(), layers));
+    return {window_schedule[static_cast<std::size_t>(i)]};
+  }
+  return windows;
+}
+
+void LMConfig::validate() const {
+  auto bad = [](const std::string& what) { throw std::invalid_argument(what); };
+  if (model != "transformer" && model != "grassmann")
+    bad(fmt::format("--model '{}' is unknown (transformer | grassmann)", model));
+  if (vocab_size < 2)
+    bad(fmt::format("--vocab-size {} is too small (a language model needs at least 2 tokens)",
+                    vocab_size));
+  if (layers < 1) bad(fmt::format("--layers {} must be at least 1", layers));
+  if (d_model < 1) bad(fmt::format("--d-model {} must be at least 1", d_model));
+  if (d_ff < 1) bad(fmt::format("--d-ff {} must be at least 1", d_ff));
+  if (block < 1) bad(fmt::format("--block {} must be at least 1", block));
+  if (!(dropout >= 0.0 && dropout < 1.0))
+    bad(fmt::format("--dropout {} must lie in [0, 1)", dropout));
+  if (model == "transformer") {
+    if (heads < 1) bad(fmt::format("--heads {} must be at least 1", heads));
+    if (d_model % heads != 0)
+      bad(fmt::format("--heads {} does not divide --d-model {}", heads, d_model));
+  }
+  if (model == "grassmann") {
+    if (rank < 2)
+      bad(fmt::format("--rank {} must be at least 2 (a Plücker vector needs a pair of axes)",
+                      rank));
+    if (window_schedule.empty()) {
+      if (windows.empty()) bad("--windows is empty (give at least one offset, e.g. 1,2,4,8,12,16)");
+      for (std::int32_t w : windows)
+        if (w < 1)
+          bad(fmt::format("--windows {} contains {}: offsets must be >= 1 (pairing with the "
+                          "token itself or a future token is not causal)",
+                          fmt::join(windows, ","), w));
+    } else {
+      if (static_cast<std::int64_t>(window_schedule.size()) != layers)
+        bad(fmt::format("--window-schedule has {} offsets but --layers is {} (one offset per layer)",
+                        window_schedule.size(), layers));
+      for (std::int32_t w : window_schedule)
+        if (w < 1)
+          bad(fmt::format("--window-schedule {} contains {}: offsets must be >= 1",
+                          fmt::join(window_schedule, ","), w));
+    }
+  }
+  if (leaky && model != "grassmann")
+    bad("--leaky exists only for --model grassmann (a test of the causality audit)");
+  // Offsets larger than --block are allowed on purpose: such a pair never exists, the
+  // offset is skipped everywhere, exactly as at the start of any sequence.
+}
+
+void to_json(nlohmann::json& j, const LMConfig& c) {
+  j = nlohmann::json{{"model", c.model},
+                     {"vocab_size", c.vocab_size},
+                     {"layers", c.layers},
+                     {"d_model", c.d_model},
+                     {"d_ff", c.d_ff},
+                     {"heads", c.heads},
+                     {"block", c.block},
+                     {"dropout", c.dropout},
+                     {"rank", c.rank},
+                     {"windows", c.windows},
+                     {"window_schedule", c.window_schedule},
+                     {"mix_out_proj", c.mix_out_proj},
+                     {"leaky", c.leaky},
+                     {"seed", c.seed}};
+}
+
+// Missing keys keep their defaults, so a config written by an older wedge still loads;
+// a key of the wrong type is an error (nlohmann throws with the key's value).
+void from_json(const nlohmann::json& j, LMConfig& c) {
+  const LMConfig d;
+  c.model = j.value("model", d.model);
+  c.vocab_size = j.value("vocab_size", d.vocab_size);
+  c.layers = j.value("layers", d.layers);
+  c.d_model = j.value("d_model", d.d_model);
+  c.d_ff = j.value("d_ff", d.d_ff);
+  c.heads = j.value("heads", d.heads);
+  c.block = j.value("block", d.block);
+  c.dropout = j.value("dropout", d.dropout);
+  c.rank = j.value("rank", d.rank);
+  c.windows = j.value("windows", d.windows);
+  c.window_schedule = j.value("window_schedule", d.window_schedule);
+  c.mix_out_proj = j.value("mix_out_proj", d.mix_out_proj);
+  c.leaky = j.value("leaky", d.leaky);
+  c.seed = j.value("seed", d.seed);
+}
+
+std::unique_ptr<LanguageModel> make_model(const LMConfig& config) {
+  config.validate();
+  if (config.model == "transformer") return std::make_unique<TransformerLM>(config);
+  if (config.model == "grassmann") return std::make_unique<GrassmannLM>(config);
+  throw std::invalid_argument(fmt::format("--model '{}' is unknown", config.model));
+}
+
+}  // namespace wedge::models

@@ -1,0 +1,95 @@
+#include "models/tied_embedding_lm.h"
+
+#include <fmt/format.h>
+
+#include "engine/dtype.h"
+
+namespace wedge::models {
+
+namespace {
+
+LMConfig validated(const LMConfig& config) {
+  config.validate();
+  return config;
+}
+
+// "blocks.3.attention.qkv.weight" -> "attention.qkv"; "token_embedding.weight" ->
+// "token_embedding": the layer index and the tensor's role inside its module are dropped,
+// so every layer's copy of a part lands in one row.
+std::string part_of(const std::string& name) {
+  std::string part = name;
+  const std::string blocks = "blocks.";
+  if (part.rfind(blocks, 0) == 0) {
+    const auto dot = part.find('.', blocks.size());
+    part = part.substr(dot + 1);
+  }
+  const auto last = part.rfind('.');
+  return last == std::string::npos ? part : part.substr(0, last);
+}
+
+}  // namespace
+
+FeedForward::FeedForward(std::int64_t d_model, std::int64_t d_ff, Generator& init)
+    : w1_(register_module("w1", std::make_shared<nn::Linear>(d_model, d_ff, init))),
+      w2_(register_module("w2", std::make_shared<nn::Linear>(d_ff, d_model, init))) {}
+
+Tensor FeedForward::forward(const Tensor& h) const {
+  return w2_.forward(ops::gelu(w1_.forward(h)));
+}
+
+TiedEmbeddingLM::TiedEmbeddingLM(const LMConfig& config)
+    : config_(validated(config)),
+      init_gen_(config.seed),
+      dropout_gen_(init_gen_.next_seed()),
+      token_embedding_(register_module(
+          "token_embedding",
+          std::make_shared<nn::Embedding>(config.vocab_size, config.d_model, init_gen_))),
+      position_embedding_(register_module(
+          "position_embedding",
+          std::make_shared<nn::Embedding>(config.block, config.d_model, init_gen_))),
+      embedding_dropout_(register_module(
+          "embedding_dropout", std::make_shared<nn::Dropout>(config.dropout, dropout_gen_))) {}
+
+Tensor TiedEmbeddingLM::embed_tokens(const Tensor& ids) const {
+  const std::string op = fmt::format("{}.forward", config_.model);
+  if (ids.dim() != 2) fail(op, "ids must be (batch, length), got " + shape_str(ids.shape()));
+  if (ids.dtype() != DType::I32) fail(op, "ids must be int32, got " + ids.str());
+  if (ids.size(1) < 1 || ids.size(1) > config_.block)
+    fail(op, fmt::format("sequence length {} must lie in [1, --block {}]", ids.size(1),
+                         config_.block));
+  return token_embedding_.forward(ids);
+}
+
+Tensor TiedEmbeddingLM::forward_embedded(const Tensor& h0) {
+  const std::string op = fmt::format("{}.forward", config_.model);
+  if (h0.dim() != 3 || h0.size(2) != config_.d_model)
+    fail(op, fmt::format("embedded input must be (batch, length, {}), got {}", config_.d_model,
+                         shape_str(h0.shape())));
+  const std::int64_t L = h0.size(1);
+  if (L < 1 || L > config_.block)
+    fail(op, fmt::format("sequence length {} must lie in [1, --block {}]", L, config_.block));
+  // h_t = E[x_t] + P[t]
+  const Tensor positions = ops::narrow(position_embedding_.weight, 0, 0, L);
+  Tensor h = embedding_dropout_.forward(h0 + positions);
+  h = run_blocks(h);
+  // Tied head, no final LayerNorm: logits_t = E h_t.
+  return ops::linear(h, token_embedding_.weight);
+}
+
+Tensor TiedEmbeddingLM::forward(const Tensor& ids) { return forward_embedded(embed_tokens(ids)); }
+
+std::vector<std::pair<std::string, std::int64_t>> TiedEmbeddingLM::parameter_breakdown() const {
+  std::vector<std::pair<std::string, std::int64_t>> parts;
+  for (const auto& [name, p] : named_parameters()) {
+    const std::string part = part_of(name);
+    auto it = parts.begin();
+    while (it != parts.end() && it->first != part) ++it;
+    if (it == parts.end())
+      parts.emplace_back(part, p.numel());
+    else
+      it->second += p.numel();
+  }
+  return parts;
+}
+
+}  // namespace wedge::models

@@ -1,0 +1,74 @@
+// What TransformerLM and GrassmannLM share: the input is a token embedding plus a learned
+// position embedding, the output head is the token table itself (tied), and in between
+// sits a stack of post-LN blocks that each model defines. Also the feed-forward
+// sub-layer, which both models use unchanged (PAPERS.md §1, §2 step 6).
+//
+// The split forward(ids) = forward_embedded(embed_tokens(ids)) exists for the causality
+// audit (models/audit.h): token ids are integers, so to ask "does the output at t depend
+// on the input at s > t?" through gradients, the audit makes the embedded tokens a leaf
+// tensor and differentiates with respect to it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/rng.h"
+#include "models/lm.h"
+#include "ops/nn.h"
+
+namespace wedge::models {
+
+// W2 · GELU(W1 h + b1) + b2, position-wise (no dropout, no residual: the block adds those).
+class FeedForward : public Module {
+ public:
+  FeedForward(std::int64_t d_model, std::int64_t d_ff, Generator& init);
+  Tensor forward(const Tensor& h) const;
+
+ private:
+  nn::Linear& w1_;
+  nn::Linear& w2_;
+};
+
+class TiedEmbeddingLM : public LanguageModel {
+ public:
+  // ids (B, L) int32, 1 <= L <= block -> logits (B, L, V).
+  Tensor forward(const Tensor& ids) final;
+  const LMConfig& config() const final { return config_; }
+  // One row per parameter group in order of first appearance ("token_embedding",
+  // "attention.qkv", "ffn.w1", ...), each summed over all layers.
+  std::vector<std::pair<std::string, std::int64_t>> parameter_breakdown() const final;
+
+  // E[x]: the token embedding rows, (B, L, d). Checks the ids.
+  Tensor embed_tokens(const Tensor& ids) const;
+  // Everything after the token lookup: + P[0..L), embedding dropout, the blocks, and the
+  // tied head. h0 (B, L, d) -> logits (B, L, V).
+  Tensor forward_embedded(const Tensor& h0);
+
+  // The stream every dropout mask in this model draws from. Its state (seed, offset) is
+  // what a checkpoint must store for a resumed run to drop the same units.
+  Generator& dropout_generator() { return dropout_gen_; }
+  const Generator& dropout_generator() const { return dropout_gen_; }
+
+  const Tensor& token_table() const { return token_embedding_.weight; }
+
+ protected:
+  // Validates `config`, seeds the generators and builds the embeddings; derived classes
+  // then build their blocks with init_gen_ (so the same seed gives the same model).
+  explicit TiedEmbeddingLM(const LMConfig& config);
+  // The model-specific stack of blocks: (B, L, d) -> (B, L, d).
+  virtual Tensor run_blocks(const Tensor& h) = 0;
+
+  LMConfig config_;
+  Generator init_gen_;     // weight initialisation (used while constructing)
+  Generator dropout_gen_;  // dropout masks (nn::Dropout keeps a pointer to it)
+
+ private:
+  nn::Embedding& token_embedding_;     // E (V, d), also the output head
+  nn::Embedding& position_embedding_;  // P (block, d)
+  nn::Dropout& embedding_dropout_;
+};
+
+}  // namespace wedge::models

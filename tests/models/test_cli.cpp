@@ -1,0 +1,91 @@
+// `wedge params` and `wedge audit-causal` end to end, through the built binary.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct Run {
+  int status = -1;
+  std::string out;
+};
+
+// Runs the wedge binary with `args`, capturing stdout (stderr is merged in).
+Run wedge_cli(const std::string& args) {
+  Run r;
+  FILE* pipe = popen((std::string("\"") + WEDGE_CLI + "\" " + args + " 2>&1").c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buffer[4096];
+  while (std::fgets(buffer, sizeof buffer, pipe)) r.out += buffer;
+  const int status = pclose(pipe);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+bool have_cli() {
+  if (std::filesystem::exists(WEDGE_CLI)) return true;
+  MESSAGE("skipped: the wedge binary is not built (" << WEDGE_CLI << ")");
+  return false;
+}
+
+std::int64_t params_total(const std::string& flags) {
+  const Run r = wedge_cli("params --json " + flags);
+  REQUIRE_MESSAGE(r.status == 0, r.out);
+  // the JSON object is the last line
+  const auto start = r.out.rfind('\n', r.out.size() - 2);
+  const auto j = nlohmann::json::parse(r.out.substr(start == std::string::npos ? 0 : start + 1));
+  std::int64_t sum = 0;
+  for (const auto& [part, n] : j.at("parts").items()) sum += n.get<std::int64_t>();
+  CHECK(sum == j.at("total").get<std::int64_t>());
+  return j.at("total").get<std::int64_t>();
+}
+
+}  // namespace
+
+TEST_CASE("wedge params: the paper's four configurations from flags") {
+  if (!have_cli()) return;
+  CHECK(params_total("--model transformer") == 12'584'960);
+  CHECK(params_total("--model grassmann") == 13'001'408);
+  CHECK(params_total("--model transformer --layers 12 --block 256") == 17'356'288);
+  CHECK(params_total("--model grassmann --layers 12 --block 256 "
+                     "--window-schedule 1,1,2,2,4,4,8,8,12,12,16,16") == 18'189'184);
+  CHECK(params_total("--model grassmann --no-mix-out-proj") == 12'606'656);
+
+  // --vocab FILE: the vocabulary size is the file's number of lines.
+  const auto vocab = std::filesystem::temp_directory_path() / "wedge_test_models_vocab.txt";
+  {
+    std::ofstream f(vocab);
+    for (int i = 0; i < 100; ++i) f << "tok" << i << "\n";
+  }
+  CHECK(params_total("--model transformer --layers 1 --d-model 8 --d-ff 16 --heads 2 --block 4 --vocab " +
+                     vocab.string()) ==
+        100 * 8 + 4 * 8 + (8 * 24 + 24) + (8 * 8 + 8) + 32 + (8 * 16 + 16) + (16 * 8 + 8));
+  std::filesystem::remove(vocab);
+
+  const Run table = wedge_cli("params --model grassmann");
+  CHECK(table.status == 0);
+  CHECK(table.out.find("mixing.plucker") != std::string::npos);
+  CHECK(table.out.find("13,001,408") != std::string::npos);
+
+  const Run bad = wedge_cli("params --heads 3");
+  CHECK(bad.status != 0);
+  CHECK(bad.out.find("--heads 3 does not divide --d-model 256") != std::string::npos);
+}
+
+TEST_CASE("wedge audit-causal: passes the real models, fails the leaky one") {
+  if (!have_cli()) return;
+  const std::string small = "--layers 2 --d-model 16 --d-ff 32 --heads 2 --block 20 --vocab-size 50 --rank 4";
+  const Run t = wedge_cli("audit-causal --model transformer " + small);
+  CHECK_MESSAGE(t.status == 0, t.out);
+  const Run g = wedge_cli("audit-causal --model grassmann " + small);
+  CHECK_MESSAGE(g.status == 0, g.out);
+  const Run leak = wedge_cli("audit-causal --model grassmann --leaky --positions 0,5 " + small);
+  CHECK(leak.status == 1);
+  CHECK(leak.out.find("NOT causal") != std::string::npos);
+  CHECK(leak.out.find("t=0") != std::string::npos);
+}

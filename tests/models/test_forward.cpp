@@ -1,0 +1,208 @@
+// The models' forward passes against the plain double-precision reference of
+// model_reference.h, their shapes and argument checks, the tied head, and dropout.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+
+#include "engine/autograd.h"
+#include "engine/rng.h"
+#include "model_reference.h"
+#include "models/lm.h"
+#include "models/tied_embedding_lm.h"
+#include "ops/ops.h"
+
+using namespace wedge;
+using models::LMConfig;
+
+namespace {
+
+LMConfig tiny(const std::string& model) {
+  LMConfig c;
+  c.model = model;
+  c.vocab_size = 11;
+  c.layers = 2;
+  c.d_model = 8;
+  c.d_ff = 12;
+  c.heads = 2;
+  c.block = 9;
+  c.dropout = 0.0;
+  c.rank = 4;
+  c.windows = {1, 3};
+  c.seed = 7;
+  return c;
+}
+
+std::vector<std::int32_t> random_ids(std::int64_t n, std::int64_t vocab, std::uint64_t seed) {
+  Generator gen(seed);
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(n));
+  for (auto& id : ids) id = static_cast<std::int32_t>(gen.integer(static_cast<std::uint64_t>(vocab)));
+  return ids;
+}
+
+// Runs the model on a batch of 2 sequences of length L and compares every logit with the
+// reference; returns the largest absolute difference.
+double max_error_against_reference(const LMConfig& c, std::int64_t L) {
+  auto model = models::make_model(c);
+  models::testing::randomize_parameters(*model, c.seed + 100);
+  model->eval();
+  const std::int64_t B = 2;
+  const std::vector<std::int32_t> ids = random_ids(B * L, c.vocab_size, c.seed + 5);
+  std::vector<float> logits;
+  {
+    NoGradGuard no_grad;
+    const Tensor out = model->forward(Tensor::from_vector(ids, {B, L}));
+    REQUIRE(out.shape() == Shape{B, L, c.vocab_size});
+    logits = out.to_vector<float>();
+  }
+  const models::testing::ReferenceLM ref(c, models::testing::host_parameters(*model));
+  double worst = 0, scale = 0;
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::vector<std::int32_t> row(ids.begin() + b * L, ids.begin() + (b + 1) * L);
+    const auto expected = ref.logits(row);
+    for (std::int64_t t = 0; t < L; ++t)
+      for (std::int64_t v = 0; v < c.vocab_size; ++v) {
+        const double e = expected[t][v];
+        worst = std::max(worst, std::fabs(e - logits[static_cast<std::size_t>((b * L + t) * c.vocab_size + v)]));
+        scale = std::max(scale, std::fabs(e));
+      }
+  }
+  // Randomised weights make logits of order 1; anything structural is off by far more.
+  REQUIRE(scale > 0.1);
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("TransformerLM matches the reference equations") {
+  for (std::int64_t heads : {1, 2, 4}) {
+    LMConfig c = tiny("transformer");
+    c.heads = heads;
+    CAPTURE(heads);
+    CHECK(max_error_against_reference(c, 9) < 2e-4);
+    CHECK(max_error_against_reference(c, 4) < 2e-4);  // shorter than the block
+  }
+}
+
+TEST_CASE("GrassmannLM matches the reference equations") {
+  LMConfig c = tiny("grassmann");
+  SUBCASE("window set") { CHECK(max_error_against_reference(c, 9) < 2e-4); }
+  SUBCASE("offsets beyond the sequence, several positions without a partner") {
+    c.windows = {3, 5, 12};
+    CHECK(max_error_against_reference(c, 7) < 2e-4);
+  }
+  SUBCASE("window schedule") {
+    c.layers = 3;
+    c.window_schedule = {1, 4, 2};
+    CHECK(max_error_against_reference(c, 9) < 2e-4);
+  }
+  SUBCASE("no mixing output projection") {
+    c.mix_out_proj = false;
+    CHECK(max_error_against_reference(c, 9) < 2e-4);
+  }
+  SUBCASE("rank 2 (one Plücker coordinate)") {
+    c.rank = 2;
+    CHECK(max_error_against_reference(c, 9) < 2e-4);
+  }
+  SUBCASE("leaky variant pairs with t + delta") {
+    c.leaky = true;
+    CHECK(max_error_against_reference(c, 9) < 2e-4);
+  }
+}
+
+TEST_CASE("forward checks its input") {
+  for (const char* kind : {"transformer", "grassmann"}) {
+    auto model = models::make_model(tiny(kind));
+    CHECK_THROWS_AS(model->forward(Tensor::zeros({2, 10}, DType::I32)), std::invalid_argument);
+    CHECK_THROWS_AS(model->forward(Tensor::zeros({2, 4}, DType::F32)), std::invalid_argument);
+    CHECK_THROWS_AS(model->forward(Tensor::zeros({8}, DType::I32)), std::invalid_argument);
+    CHECK(model->forward(Tensor::zeros({3, 1}, DType::I32)).shape() == Shape{3, 1, 11});
+  }
+}
+
+TEST_CASE("the same seed builds the same model; another seed a different one") {
+  for (const char* kind : {"transformer", "grassmann"}) {
+    LMConfig c = tiny(kind);
+    auto a = models::make_model(c), b = models::make_model(c);
+    c.seed += 1;
+    auto other = models::make_model(c);
+    const auto pa = a->named_parameters(), pb = b->named_parameters(), po = other->named_parameters();
+    REQUIRE(pa.size() == pb.size());
+    bool any_difference = false;
+    for (std::size_t i = 0; i < pa.size(); ++i) {
+      CHECK(pa[i].first == pb[i].first);
+      CHECK(pa[i].second.to_vector<float>() == pb[i].second.to_vector<float>());
+      if (pa[i].second.to_vector<float>() != po[i].second.to_vector<float>()) any_difference = true;
+    }
+    CHECK(any_difference);
+  }
+}
+
+TEST_CASE("the output head is the token table: gradient reaches rows of unseen tokens") {
+  for (const char* kind : {"transformer", "grassmann"}) {
+    CAPTURE(kind);
+    LMConfig c = tiny(kind);
+    auto model = models::make_model(c);
+    auto& lm = dynamic_cast<models::TiedEmbeddingLM&>(*model);
+    // Only tokens 0..3 appear in the input and as targets: rows 4..10 of E can only get a
+    // gradient through the head's softmax.
+    const std::vector<std::int32_t> ids = {0, 1, 2, 3, 2, 1, 0, 3};
+    const std::vector<std::int32_t> targets = {1, 2, 3, 2, 1, 0, 3, 0};
+    auto loss_value = [&] {
+      NoGradGuard no_grad;
+      return ops::cross_entropy(model->forward(Tensor::from_vector(ids, {1, 8})),
+                                Tensor::from_vector(targets, {1, 8}))
+          .item();
+    };
+    model->zero_grad();
+    ops::cross_entropy(model->forward(Tensor::from_vector(ids, {1, 8})),
+                       Tensor::from_vector(targets, {1, 8}))
+        .backward();
+    const Tensor E = lm.token_table();
+    const std::vector<float> grad = E.grad().to_vector<float>();
+    const std::int64_t d = c.d_model;
+    for (std::int64_t v = 4; v < c.vocab_size; ++v) {
+      double norm = 0;
+      for (std::int64_t i = 0; i < d; ++i) norm += std::fabs(grad[static_cast<std::size_t>(v * d + i)]);
+      CHECK(norm > 0);
+    }
+    // ... and that gradient is the true derivative (central difference on E[7][2]).
+    const std::size_t k = 7 * static_cast<std::size_t>(d) + 2;
+    std::vector<float> table = E.to_vector<float>();
+    const float original = table[k], h = 1e-2f;
+    auto loss_at = [&](float value) {
+      table[k] = value;
+      NoGradGuard no_grad;
+      E.detach().copy_(Tensor::from_vector(table, E.shape()));
+      return loss_value();
+    };
+    const double numeric = (loss_at(original + h) - loss_at(original - h)) / (2.0 * h);
+    loss_at(original);
+    CHECK(grad[k] == doctest::Approx(numeric).epsilon(0.02));
+    // No separate head weight anywhere.
+    for (const auto& [name, p] : model->named_parameters())
+      CHECK((p.shape() != Shape{c.vocab_size, c.d_model} || name == "token_embedding.weight"));
+  }
+}
+
+TEST_CASE("dropout: active in training, off in eval, reproducible from the seed") {
+  for (const char* kind : {"transformer", "grassmann"}) {
+    CAPTURE(kind);
+    LMConfig c = tiny(kind);
+    c.dropout = 0.3;
+    auto a = models::make_model(c), b = models::make_model(c);
+    const Tensor ids = Tensor::from_vector(random_ids(18, c.vocab_size, 3), {2, 9});
+    NoGradGuard no_grad;
+    const auto a1 = a->forward(ids).to_vector<float>();
+    const auto a2 = a->forward(ids).to_vector<float>();
+    const auto b1 = b->forward(ids).to_vector<float>();
+    CHECK(a1 != a2);  // fresh masks each step
+    CHECK(a1 == b1);  // same seed, same masks
+    a->eval();
+    b->eval();
+    const auto e1 = a->forward(ids).to_vector<float>();
+    CHECK(e1 == a->forward(ids).to_vector<float>());
+    CHECK(e1 == b->forward(ids).to_vector<float>());
+    CHECK(e1 != a1);
+  }
+}
