@@ -1,0 +1,32 @@
+// The one CUDA stream wedge queues all GPU work on, and the cuBLAS handle bound to it.
+//
+// Everything (kernels, cuBLAS calls, host<->device copies, allocator reuse) goes through
+// this single stream, so work runs in the order it was issued and no host
+// synchronisation is needed inside a training step: a block freed by one op and handed
+// to the next is safe because the next op's kernels are queued after the last use.
+// The host waits only where it needs a value (copy_to_host) or is asked to
+// (Allocator::synchronize).
+//
+// CUDA translation units only (.cu): this header includes the CUDA runtime.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+namespace wedge::cuda {
+
+// Number of usable CUDA devices; 0 when there is none or no driver (never throws).
+int device_count();
+
+// The wedge stream of device 0 (created on first use, never destroyed: the CUDA
+// runtime may already be torn down when static destructors run).
+cudaStream_t stream();
+
+// The cuBLAS handle, with its stream set to stream() (created on first use).
+cublasHandle_t cublas();
+
+// Throw std::runtime_error("cuda: <what>: <reason>") unless the call succeeded.
+void check(cudaError_t status, const char* what);
+void check_cublas(cublasStatus_t status, const char* what);
+
+}  // namespace wedge::cuda

@@ -1,0 +1,387 @@
+// Element-wise kernels: fill, unary maps and their derivatives, broadcasting binary maps,
+// dropout, the AdamW update, strided copy and dtype casts. Each output element depends on
+// its own inputs only, so these are grid-stride loops (launch.h: elementwise_blocks) with
+// nothing to synchronise and nothing that could make two runs differ.
+#include "engine/philox.h"
+#include "kernels/cuda/entries.cuh"
+
+namespace wedge::kernels::WEDGE_CUDA_NS {
+namespace elementwise_impl {
+
+// ---- fill / unary ----------------------------------------------------------------------
+
+__global__ void fill_kernel(float* y, float value, i64 n) {
+  for (i64 i = global_thread(); i < n; i += grid_threads()) y[i] = value;
+}
+
+constexpr float kInvSqrt2 = 0.70710678118654752440f;
+constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
+
+__device__ __forceinline__ float normal_cdf(float x) { return 0.5f * (1.0f + erff(x * kInvSqrt2)); }
+__device__ __forceinline__ float normal_pdf(float x) { return kInvSqrt2Pi * expf(-0.5f * x * x); }
+
+// sigmoid without overflow: e^-x is only formed for x >= 0
+__device__ __forceinline__ float sigmoid(float x) {
+  if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
+  const float e = expf(x);
+  return e / (1.0f + e);
+}
+
+template <UnaryOp op>
+__device__ __forceinline__ float apply_unary(float x, float param) {
+  switch (op) {
+    case UnaryOp::Neg: return -x;
+    case UnaryOp::Exp: return expf(x);
+    case UnaryOp::Log: return logf(x);
+    case UnaryOp::Sqrt: return sqrtf(x);
+    case UnaryOp::Tanh: return tanhf(x);
+    case UnaryOp::Sigmoid: return sigmoid(x);
+    case UnaryOp::Relu: return x > 0.0f ? x : 0.0f;
+    case UnaryOp::Gelu: return x * normal_cdf(x);
+    case UnaryOp::AddScalar: return x + param;
+    case UnaryOp::MulScalar: return x * param;
+    case UnaryOp::PowScalar: return powf(x, param);
+    case UnaryOp::Abs: return fabsf(x);
+  }
+  return x;
+}
+
+// f'(x), from x or from y = f(x), whichever is cheaper (same conventions as kernels/ref:
+// relu'(0) = 0, |x|'(0) = 0, (x^0)' = 0 everywhere).
+template <UnaryOp op>
+__device__ __forceinline__ float unary_derivative(float x, float y, float param) {
+  switch (op) {
+    case UnaryOp::Neg: return -1.0f;
+    case UnaryOp::Exp: return y;
+    case UnaryOp::Log: return 1.0f / x;
+    case UnaryOp::Sqrt: return 0.5f / y;
+    case UnaryOp::Tanh: return 1.0f - y * y;
+    case UnaryOp::Sigmoid: return y * (1.0f - y);
+    case UnaryOp::Relu: return x > 0.0f ? 1.0f : 0.0f;
+    case UnaryOp::Gelu: return normal_cdf(x) + x * normal_pdf(x);
+    case UnaryOp::AddScalar: return 1.0f;
+    case UnaryOp::MulScalar: return param;
+    case UnaryOp::PowScalar: return param == 0.0f ? 0.0f : param * powf(x, param - 1.0f);
+    case UnaryOp::Abs: return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f);
+  }
+  return 0.0f;
+}
+
+template <UnaryOp op>
+__global__ void unary_kernel(float param, const float* x, float* y, i64 n) {
+  for (i64 i = global_thread(); i < n; i += grid_threads()) y[i] = apply_unary<op>(x[i], param);
+}
+
+// x or y may be null when the derivative does not need it (the op passes what it has).
+template <UnaryOp op>
+__global__ void unary_backward_kernel(float param, const float* x, const float* y, const float* gy,
+                                      float* gx, i64 n, bool accumulate) {
+  for (i64 i = global_thread(); i < n; i += grid_threads()) {
+    const float xi = x != nullptr ? x[i] : 0.0f;
+    const float yi = y != nullptr ? y[i] : 0.0f;
+    const float g = gy[i] * unary_derivative<op>(xi, yi, param);
+    gx[i] = accumulate ? gx[i] + g : g;
+  }
+}
+
+template <UnaryOp op>
+void launch_unary(float param, const float* x, float* y, i64 n) {
+  WEDGE_LAUNCH(grid_1d(launch::elementwise_blocks(n)), launch::kElementwiseThreads, 0,
+               unary_kernel<op>)(param, x, y, n);
+  check_launch("unary_kernel");
+}
+
+template <UnaryOp op>
+void launch_unary_backward(float param, const float* x, const float* y, const float* gy, float* gx,
+                           i64 n, bool accumulate) {
+  WEDGE_LAUNCH(grid_1d(launch::elementwise_blocks(n)), launch::kElementwiseThreads, 0,
+               unary_backward_kernel<op>)(param, x, y, gy, gx, n, accumulate);
+  check_launch("unary_backward_kernel");
+}
+
+// ---- broadcasting binary maps ---------------------------------------------------------
+
+// The layout after collapse(), in the index type the kernel divides with.
+template <typename Index>
+struct Strided2 {
+  int ndim;
+  Index shape[kMaxDims];
+  Index stride0[kMaxDims];
+  Index stride1[kMaxDims];
+};
+
+template <typename Index>
+Strided2<Index> narrow(int ndim, const i64* shape, const i64* stride0, const i64* stride1) {
+  Strided2<Index> s{};
+  s.ndim = ndim;
+  for (int d = 0; d < ndim; ++d) {
+    s.shape[d] = static_cast<Index>(shape[d]);
+    s.stride0[d] = static_cast<Index>(stride0[d]);
+    s.stride1[d] = static_cast<Index>(stride1[d]);
+  }
+  return s;
+}
+
+// Row-major decomposition of the linear index i into the offsets of both operands.
+template <typename Index>
+__device__ __forceinline__ void offsets_of(const Strided2<Index>& s, Index i, Index* o0, Index* o1) {
+  Index a = 0, b = 0;
+  for (int d = s.ndim - 1; d >= 1; --d) {
+    const Index coord = i % s.shape[d];
+    i /= s.shape[d];
+    a += coord * s.stride0[d];
+    b += coord * s.stride1[d];
+  }
+  *o0 = a + i * s.stride0[0];
+  *o1 = b + i * s.stride1[0];
+}
+
+// NaN-propagating max/min, as kernels/ref: a NaN operand gives NaN.
+template <BinaryOp op>
+__device__ __forceinline__ float apply_binary(float a, float b) {
+  switch (op) {
+    case BinaryOp::Add: return a + b;
+    case BinaryOp::Sub: return a - b;
+    case BinaryOp::Mul: return a * b;
+    case BinaryOp::Div: return a / b;
+    case BinaryOp::Max: return is_nan(a) || is_nan(b) ? a + b : (a > b ? a : b);
+    case BinaryOp::Min: return is_nan(a) || is_nan(b) ? a + b : (a < b ? a : b);
+    case BinaryOp::Pow: return powf(a, b);
+  }
+  return a;
+}
+
+template <BinaryOp op, typename Index>
+__global__ void binary_kernel(Strided2<Index> layout, i64 n, const float* a, const float* b,
+                              float* out) {
+  for (i64 i = global_thread(); i < n; i += grid_threads()) {
+    Index oa, ob;
+    offsets_of(layout, static_cast<Index>(i), &oa, &ob);
+    out[i] = apply_binary<op>(a[oa], b[ob]);
+  }
+}
+
+template <BinaryOp op>
+void launch_binary(const BroadcastLayout& original, const float* a, const float* b, float* out) {
+  const BroadcastLayout l = launch::collapse(original);
+  const i64 n = launch::layout_size(l.ndim, l.shape);
+  if (n == 0) return;
+  const dim3 grid = grid_1d(launch::elementwise_blocks(n));
+  if (launch::fits_int32(l.ndim, l.shape, l.stride_a, l.stride_b)) {
+    WEDGE_LAUNCH(grid, launch::kElementwiseThreads, 0, binary_kernel<op, std::int32_t>)(
+        narrow<std::int32_t>(l.ndim, l.shape, l.stride_a, l.stride_b), n, a, b, out);
+  } else {
+    WEDGE_LAUNCH(grid, launch::kElementwiseThreads, 0, binary_kernel<op, i64>)(
+        narrow<i64>(l.ndim, l.shape, l.stride_a, l.stride_b), n, a, b, out);
+  }
+  check_launch("binary_kernel");
+}
+
+// ---- dropout ----------------------------------------------------------------------------
+
+// The mask bit of element i is philox_uniform(seed, offset + i) >= p: the same function
+// (engine/philox.h) the CPU evaluates, so both devices drop the same elements. The kept
+// value is scaled in double and rounded once, exactly as kernels/ref does, so CUDA and CPU
+// dropout agree bit for bit, not just in their masks.
+__global__ void dropout_kernel(const float* x, float* y, i64 n, float p, double scale,
+                               std::uint64_t seed, std::uint64_t offset) {
+  for (i64 i = global_thread(); i < n; i += grid_threads()) {
+    const bool keep = ::wedge::philox_uniform(seed, offset + static_cast<std::uint64_t>(i)) >= p;
+    y[i] = keep ? static_cast<float>(static_cast<double>(x[i]) * scale) : 0.0f;
+  }
+}
+
+void launch_dropout(const float* x, float* y, i64 n, float p, std::uint64_t seed, std::uint64_t offset) {
+  if (n <= 0) return;
+  const double scale = p < 1.0f ? 1.0 / (1.0 - static_cast<double>(p)) : 0.0;
+  WEDGE_LAUNCH(grid_1d(launch::elementwise_blocks(n)), launch::kElementwiseThreads, 0,
+               dropout_kernel)(x, y, n, p, scale, seed, offset);
+  check_launch("dropout_kernel");
+}
+
+// ---- AdamW --------------------------------------------------------------------------------
+
+// One fused pass over parameter, gradient and both moments (5 reads/writes per element
+// instead of the dozen a composition of element-wise ops would make). The arithmetic is
+// done in double, as kernels/ref does, so the update matches the CPU's to float rounding.
+__global__ void adam_kernel(AdamParams hp, float* param, const float* grad, float* m, float* v, i64 n) {
+  const double lr = hp.lr, b1 = hp.beta1, b2 = hp.beta2, eps = hp.eps, wd = hp.weight_decay;
+  const double bc1 = hp.bc1, bc2 = hp.bc2;
+  for (i64 i = global_thread(); i < n; i += grid_threads()) {
+    const double p = param[i];
+    const double g = hp.decoupled ? static_cast<double>(grad[i]) : static_cast<double>(grad[i]) + wd * p;
+    const double m_new = b1 * static_cast<double>(m[i]) + (1.0 - b1) * g;
+    const double v_new = b2 * static_cast<double>(v[i]) + (1.0 - b2) * g * g;
+    double step = (m_new / bc1) / (sqrt(v_new / bc2) + eps);
+    if (hp.decoupled) step += wd * p;
+    m[i] = static_cast<float>(m_new);
+    v[i] = static_cast<float>(v_new);
+    param[i] = static_cast<float>(p - lr * step);
+  }
+}
+
+// ---- memory movement ----------------------------------------------------------------------
+
+template <typename Elem, typename Index>
+__global__ void strided_copy_kernel(Strided2<Index> layout, i64 n, const Elem* src, Elem* dst) {
+  for (i64 i = global_thread(); i < n; i += grid_threads()) {
+    Index from, to;
+    offsets_of(layout, static_cast<Index>(i), &from, &to);
+    dst[to] = src[from];
+  }
+}
+
+template <typename Elem>
+void launch_strided_copy(const CopyLayout& l, i64 n, const void* src, void* dst) {
+  const dim3 grid = grid_1d(launch::elementwise_blocks(n));
+  const Elem* from = static_cast<const Elem*>(src);
+  Elem* to = static_cast<Elem*>(dst);
+  if (launch::fits_int32(l.ndim, l.shape, l.stride_src, l.stride_dst)) {
+    WEDGE_LAUNCH(grid, launch::kElementwiseThreads, 0, strided_copy_kernel<Elem, std::int32_t>)(
+        narrow<std::int32_t>(l.ndim, l.shape, l.stride_src, l.stride_dst), n, from, to);
+  } else {
+    WEDGE_LAUNCH(grid, launch::kElementwiseThreads, 0, strided_copy_kernel<Elem, i64>)(
+        narrow<i64>(l.ndim, l.shape, l.stride_src, l.stride_dst), n, from, to);
+  }
+  check_launch("strided_copy_kernel");
+}
+
+// dtype codes of engine/dtype.h
+constexpr int kF32 = 0, kF64 = 1, kI32 = 2;
+
+// Conversions go through double (exact for every f32 and i32 value). Float to int
+// truncates toward zero, saturates out of range and maps NaN to 0, as kernels/ref does.
+__device__ __forceinline__ double read_as_double(const void* src, int dtype, i64 i) {
+  if (dtype == kF32) return static_cast<const float*>(src)[i];
+  if (dtype == kF64) return static_cast<const double*>(src)[i];
+  return static_cast<const std::int32_t*>(src)[i];
+}
+__device__ __forceinline__ std::int32_t to_int32(double x) {
+  if (x != x) return 0;
+  if (x >= 2147483647.0) return 2147483647;
+  if (x <= -2147483648.0) return -2147483647 - 1;
+  return static_cast<std::int32_t>(x);
+}
+__global__ void cast_kernel(const void* src, int src_dtype, void* dst, int dst_dtype, i64 n) {
+  for (i64 i = global_thread(); i < n; i += grid_threads()) {
+    const double x = read_as_double(src, src_dtype, i);
+    if (dst_dtype == kF32) {
+      static_cast<float*>(dst)[i] = static_cast<float>(x);
+    } else if (dst_dtype == kF64) {
+      static_cast<double*>(dst)[i] = x;
+    } else if (dst_dtype == kI32) {
+      static_cast<std::int32_t*>(dst)[i] = to_int32(x);
+    }
+  }
+}
+
+}  // namespace elementwise_impl
+
+using namespace elementwise_impl;
+
+void fill(float* y, float value, i64 n) {
+  if (n <= 0) return;
+  WEDGE_LAUNCH(grid_1d(launch::elementwise_blocks(n)), launch::kElementwiseThreads, 0, fill_kernel)(y, value, n);
+  check_launch("fill_kernel");
+}
+
+void unary(UnaryOp op, float param, const float* x, float* y, i64 n) {
+  if (n <= 0) return;
+  switch (op) {
+    case UnaryOp::Neg: return launch_unary<UnaryOp::Neg>(param, x, y, n);
+    case UnaryOp::Exp: return launch_unary<UnaryOp::Exp>(param, x, y, n);
+    case UnaryOp::Log: return launch_unary<UnaryOp::Log>(param, x, y, n);
+    case UnaryOp::Sqrt: return launch_unary<UnaryOp::Sqrt>(param, x, y, n);
+    case UnaryOp::Tanh: return launch_unary<UnaryOp::Tanh>(param, x, y, n);
+    case UnaryOp::Sigmoid: return launch_unary<UnaryOp::Sigmoid>(param, x, y, n);
+    case UnaryOp::Relu: return launch_unary<UnaryOp::Relu>(param, x, y, n);
+    case UnaryOp::Gelu: return launch_unary<UnaryOp::Gelu>(param, x, y, n);
+    case UnaryOp::AddScalar: return launch_unary<UnaryOp::AddScalar>(param, x, y, n);
+    case UnaryOp::MulScalar: return launch_unary<UnaryOp::MulScalar>(param, x, y, n);
+    case UnaryOp::PowScalar: return launch_unary<UnaryOp::PowScalar>(param, x, y, n);
+    case UnaryOp::Abs: return launch_unary<UnaryOp::Abs>(param, x, y, n);
+  }
+  throw std::invalid_argument("cuda unary: unknown op");
+}
+
+void unary_backward(UnaryOp op, float param, const float* x, const float* y, const float* gy,
+                    float* gx, i64 n, bool accumulate) {
+  if (n <= 0) return;
+  switch (op) {
+    case UnaryOp::Neg: return launch_unary_backward<UnaryOp::Neg>(param, x, y, gy, gx, n, accumulate);
+    case UnaryOp::Exp: return launch_unary_backward<UnaryOp::Exp>(param, x, y, gy, gx, n, accumulate);
+    case UnaryOp::Log: return launch_unary_backward<UnaryOp::Log>(param, x, y, gy, gx, n, accumulate);
+    case UnaryOp::Sqrt: return launch_unary_backward<UnaryOp::Sqrt>(param, x, y, gy, gx, n, accumulate);
+    case UnaryOp::Tanh: return launch_unary_backward<UnaryOp::Tanh>(param, x, y, gy, gx, n, accumulate);
+    case UnaryOp::Sigmoid: return launch_unary_backward<UnaryOp::Sigmoid>(param, x, y, gy, gx, n, accumulate);
+    case UnaryOp::Relu: return launch_unary_backward<UnaryOp::Relu>(param, x, y, gy, gx, n, accumulate);
+    case UnaryOp::Gelu: return launch_unary_backward<UnaryOp::Gelu>(param, x, y, gy, gx, n, accumulate);
+    case UnaryOp::AddScalar: return launch_unary_backward<UnaryOp::AddScalar>(param, x, y, gy, gx, n, accumulate);
+    case UnaryOp::MulScalar: return launch_unary_backward<UnaryOp::MulScalar>(param, x, y, gy, gx, n, accumulate);
+    case UnaryOp::PowScalar: return launch_unary_backward<UnaryOp::PowScalar>(param, x, y, gy, gx, n, accumulate);
+    case UnaryOp::Abs: return launch_unary_backward<UnaryOp::Abs>(param, x, y, gy, gx, n, accumulate);
+  }
+  throw std::invalid_argument("cuda unary_backward: unknown op");
+}
+
+void binary(BinaryOp op, const BroadcastLayout& layout, const float* a, const float* b, float* out) {
+  switch (op) {
+    case BinaryOp::Add: return launch_binary<BinaryOp::Add>(layout, a, b, out);
+    case BinaryOp::Sub: return launch_binary<BinaryOp::Sub>(layout, a, b, out);
+    case BinaryOp::Mul: return launch_binary<BinaryOp::Mul>(layout, a, b, out);
+    case BinaryOp::Div: return launch_binary<BinaryOp::Div>(layout, a, b, out);
+    case BinaryOp::Max: return launch_binary<BinaryOp::Max>(layout, a, b, out);
+    case BinaryOp::Min: return launch_binary<BinaryOp::Min>(layout, a, b, out);
+    case BinaryOp::Pow: return launch_binary<BinaryOp::Pow>(layout, a, b, out);
+  }
+  throw std::invalid_argument("cuda binary: unknown op");
+}
+
+void dropout_forward(const float* x, float* y, i64 n, float p, std::uint64_t seed, std::uint64_t offset) {
+  launch_dropout(x, y, n, p, seed, offset);
+}
+
+// The map is linear in x with the same mask: the gradient is dropout of gy.
+void dropout_backward(const float* gy, float* gx, i64 n, float p, std::uint64_t seed, std::uint64_t offset) {
+  launch_dropout(gy, gx, n, p, seed, offset);
+}
+
+void adam_update(const AdamParams& hp, float* param, const float* grad, float* m, float* v, i64 n) {
+  if (n <= 0) return;
+  WEDGE_LAUNCH(grid_1d(launch::elementwise_blocks(n)), launch::kElementwiseThreads, 0, adam_kernel)(
+      hp, param, grad, m, v, n);
+  check_launch("adam_kernel");
+}
+
+void strided_copy(const CopyLayout& layout, const void* src, void* dst, int elem_size) {
+  const CopyLayout l = launch::collapse(layout);
+  const i64 n = launch::layout_size(l.ndim, l.shape);
+  if (n == 0) return;
+  // Both sides contiguous (the common "make contiguous of an already contiguous range"
+  // or a plain clone): one device-to-device copy.
+  if (l.ndim == 1 && l.stride_src[0] == 1 && l.stride_dst[0] == 1) {
+    copy_device_async(dst, src, static_cast<std::size_t>(n) * static_cast<std::size_t>(elem_size));
+    return;
+  }
+  switch (elem_size) {
+    case 1: return launch_strided_copy<std::uint8_t>(l, n, src, dst);
+    case 2: return launch_strided_copy<std::uint16_t>(l, n, src, dst);
+    case 4: return launch_strided_copy<std::uint32_t>(l, n, src, dst);
+    case 8: return launch_strided_copy<std::uint64_t>(l, n, src, dst);
+  }
+  throw std::invalid_argument("cuda strided_copy: element size " + std::to_string(elem_size) +
+                              " (expected 1, 2, 4 or 8)");
+}
+
+void cast(const void* src, int src_dtype, void* dst, int dst_dtype, i64 n) {
+  if (n <= 0) return;
+  if (src_dtype == dst_dtype) {
+    copy_device_async(dst, src, static_cast<std::size_t>(n) * (src_dtype == kF64 ? 8u : 4u));
+    return;
+  }
+  WEDGE_LAUNCH(grid_1d(launch::elementwise_blocks(n)), launch::kElementwiseThreads, 0, cast_kernel)(
+      src, src_dtype, dst, dst_dtype, n);
+  check_launch("cast_kernel");
+}
+
+}  // namespace wedge::kernels::WEDGE_CUDA_NS

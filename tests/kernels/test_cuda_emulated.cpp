@@ -1,0 +1,136 @@
+// The CUDA kernels' own source, compiled for the host and run on the fiber emulation of
+// kernels/cuda/host_emulation.h, through the same parity suite as the GPU
+// (test_cuda_parity.cpp). This is how the kernels' index arithmetic, tiling, shared
+// memory use and barrier placement are tested on machines without a GPU: every thread
+// of every block really runs, and barriers really separate them. The suite runs twice,
+// with the threads of a block scheduled first-to-last and last-to-first, so a read of
+// shared memory that is not ordered after its write by a barrier fails one of them.
+//
+// What the emulation cannot check (timing, warp-level hardware behaviour, the CUDA math
+// library's last bits, cuBLAS itself) is listed in kernels/cuda/README.md.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <new>
+
+#include "engine/allocator.h"
+
+#define WEDGE_CUDA_EMULATE 1
+#include "kernels/cuda/attention.cu"
+#include "kernels/cuda/elementwise.cu"
+#include "kernels/cuda/embedding.cu"
+#include "kernels/cuda/gemm.cu"
+#include "kernels/cuda/layer_norm.cu"
+#include "kernels/cuda/plucker.cu"
+#include "kernels/cuda/reduce.cu"
+#include "kernels/cuda/softmax.cu"
+#include "kernels/cuda/table.cu"
+
+void run_cuda_parity_suite(const wedge::kernels::KernelTable<float>& table, const wedge::kernels::MemoryTable& memory,
+                           wedge::Allocator& device, bool full_size);
+
+namespace {
+
+// "Device" memory for the emulated kernels: host memory, counted so the test can check
+// that every buffer the suite allocates is returned.
+class HostMemory final : public wedge::Allocator {
+ public:
+  void* allocate(std::size_t bytes) override {
+    in_use_ += bytes;
+    return ::operator new(bytes, std::align_val_t(64));
+  }
+  void deallocate(void* ptr, std::size_t bytes) override {
+    in_use_ -= bytes;
+    ::operator delete(ptr, std::align_val_t(64));
+  }
+  void copy_to_host(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy_from_host(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy_within(void* dst, const void* src, std::size_t bytes) override { std::memmove(dst, src, bytes); }
+  std::size_t bytes_in_use() const override { return in_use_; }
+  std::size_t bytes_cached() const override { return 0; }
+  void release_cached() override {}
+
+ private:
+  std::size_t in_use_ = 0;
+};
+
+void run_emulated_suite(bool reverse_order) {
+  namespace emulated = wedge::kernels::cuda_emulated;
+  const wedge::kernels::KernelTable<float> table = emulated::make_table_f32();
+  const wedge::kernels::MemoryTable memory = emulated::make_memory_table();
+  HostMemory host;
+  wedge::emu::g_reverse_order = reverse_order;
+  run_cuda_parity_suite(table, memory, host, false);
+  wedge::emu::g_reverse_order = false;
+  CHECK(host.bytes_in_use() == 0);
+}
+
+// Kernels that break the rules on purpose, to show the emulation catches them.
+namespace broken {
+using wedge::kernels::i64;
+
+// Each thread writes its slot, then reads its neighbour's WITHOUT a barrier between.
+// (`salt` differs per launch, so values left in shared memory by an earlier launch
+// cannot pass for this one's.)
+__global__ void missing_barrier_kernel(float* out, float salt) {
+  __shared__ float slots[64];
+  slots[threadIdx.x] = float(threadIdx.x) + salt;
+  out[threadIdx.x] = slots[(threadIdx.x + 1) % 64];
+}
+
+// The same with the barrier: correct.
+__global__ void with_barrier_kernel(float* out, float salt) {
+  __shared__ float slots[64];
+  slots[threadIdx.x] = float(threadIdx.x) + salt;
+  __syncthreads();
+  out[threadIdx.x] = slots[(threadIdx.x + 1) % 64];
+}
+
+// A barrier only half the block reaches: hangs a GPU, an error here.
+__global__ void divergent_barrier_kernel(float* out) {
+  if (threadIdx.x < 32) __syncthreads();
+  out[threadIdx.x] = 1.0f;
+}
+
+__global__ void warp_sum_kernel(float* out) {
+  out[threadIdx.x] = wedge::kernels::cuda_emulated::warp_sum(float(threadIdx.x % 32));
+}
+}  // namespace broken
+
+}  // namespace
+
+TEST_CASE("host emulation runs every CUDA kernel against the reference (threads first-to-last)") {
+  run_emulated_suite(false);
+}
+
+TEST_CASE("host emulation runs every CUDA kernel against the reference (threads last-to-first)") {
+  run_emulated_suite(true);
+}
+
+TEST_CASE("host emulation catches missing and divergent barriers") {
+  using wedge::emu::dim3;
+  std::vector<float> out(64, -1.0f);
+  auto expected_neighbour = [](unsigned t, float salt) { return float((t + 1) % 64) + salt; };
+
+  for (bool reverse : {false, true}) {
+    wedge::emu::g_reverse_order = reverse;
+    const float salt = reverse ? 1000.0f : 2000.0f;
+    WEDGE_LAUNCH(dim3(1), dim3(64), 0, broken::with_barrier_kernel)(out.data(), salt);
+    for (unsigned t = 0; t < 64; ++t) CHECK(out[t] == expected_neighbour(t, salt));
+
+    // Without the barrier, the first thread scheduled runs to its end before its
+    // neighbour has written anything.
+    std::fill(out.begin(), out.end(), -1.0f);
+    WEDGE_LAUNCH(dim3(1), dim3(64), 0, broken::missing_barrier_kernel)(out.data(), salt + 1.0f);
+    int wrong = 0;
+    for (unsigned t = 0; t < 64; ++t) wrong += out[t] != expected_neighbour(t, salt + 1.0f) ? 1 : 0;
+    CHECK(wrong > 0);
+    wedge::emu::g_reverse_order = false;
+  }
+
+  CHECK_THROWS_AS(WEDGE_LAUNCH(dim3(1), dim3(64), 0, broken::divergent_barrier_kernel)(out.data()), std::logic_error);
+
+  // a warp butterfly gives every lane the sum 0 + 1 + ... + 31
+  WEDGE_LAUNCH(dim3(1), dim3(64), 0, broken::warp_sum_kernel)(out.data());
+  for (unsigned t = 0; t < 64; ++t) CHECK(out[t] == 496.0f);
+}

@@ -1,0 +1,903 @@
+// Every entry of the CUDA kernel table against the reference kernels (kernels/ref), on
+// awkward shapes: size 1, odd sizes (7, 33), tails past every tile size, rows of 1000+
+// and vocabulary rows of 30,522. Also: deterministic kernels give the same bits when run
+// twice, outputs are written (never read) where the contract says so — they start as
+// NaN — and dropout masks equal the CPU's bit for bit.
+//
+// This file uses only kernels/kernels.h and engine/allocator.h: it compiles in every
+// build. Without a CUDA device the CUDA table is null and the test says it was skipped.
+// The same suite also runs on the host emulation of the CUDA kernels
+// (test_cuda_emulated.cpp), which is how it is exercised on machines without a GPU.
+//
+// Tolerances (absolute + relative to the reference value), and why:
+//   exact (0)   fill, copies, casts, embedding forward AND backward (the CUDA backward
+//               adds in the reference's order), dropout (same mask, same double scaling),
+//               add/sub/mul/div/max/min and neg/relu/abs/+c/*c (one correctly rounded
+//               float operation on both sides), reduce max and its index
+//   1e-6 + 1e-5 transcendental unary maps and their derivatives (CUDA's expf, erff, powf
+//               ... are within 2 ulp; the reference rounds a double result once)
+//   k * 1e-6    gemm (float accumulation over k terms of size <= 1)
+//   n * 1e-6    sums over n terms in float (reduce sum, sum of squares, layer-norm
+//               parameter gradients over rows)
+//   1e-5 + 1e-4 softmax/log-softmax backward, layer-norm backward, attention backward,
+//               Plücker backward: differences of nearly equal sums
+//   see each check for the rest; every tolerance is written next to its check.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/allocator.h"
+#include "engine/device.h"
+#include "kernels/kernels.h"
+
+namespace wedge::kernels::cuda_parity {
+
+using std::int32_t;
+
+// ---- device buffers ------------------------------------------------------------------
+
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer(Allocator& alloc, const std::vector<T>& host) : alloc_(alloc), count_(host.size()) {
+    ptr_ = static_cast<T*>(alloc_.allocate(bytes()));
+    if (!host.empty()) alloc_.copy_from_host(ptr_, host.data(), host.size() * sizeof(T));
+  }
+  ~DeviceBuffer() { alloc_.deallocate(ptr_, bytes()); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  T* get() const { return ptr_; }
+  std::vector<T> download() const {
+    std::vector<T> host(count_);
+    if (count_ > 0) alloc_.copy_to_host(host.data(), ptr_, count_ * sizeof(T));
+    return host;
+  }
+  void upload(const std::vector<T>& host) {
+    REQUIRE(host.size() == count_);
+    if (count_ > 0) alloc_.copy_from_host(ptr_, host.data(), count_ * sizeof(T));
+  }
+
+ private:
+  std::size_t bytes() const { return std::max<std::size_t>(count_, 1) * sizeof(T); }
+  Allocator& alloc_;
+  std::size_t count_;
+  T* ptr_ = nullptr;
+};
+
+// ---- inputs and comparisons --------------------------------------------------------------
+
+std::vector<float> random_floats(std::size_t n, std::uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+std::vector<int32_t> random_ints(std::size_t n, std::uint64_t seed, int32_t lo, int32_t hi) {
+  std::mt19937_64 gen(seed);
+  std::uniform_int_distribution<int32_t> dist(lo, hi);
+  std::vector<int32_t> v(n);
+  for (int32_t& x : v) x = dist(gen);
+  return v;
+}
+
+// Outputs start as NaN: a kernel that reads an output it should only write, or leaves an
+// element unwritten, shows up as NaN in the comparison.
+std::vector<float> nans(std::size_t n) { return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()); }
+
+std::string shape_str(std::initializer_list<i64> dims) {
+  std::ostringstream s;
+  s << "(";
+  bool first = true;
+  for (i64 d : dims) {
+    s << (first ? "" : ", ") << d;
+    first = false;
+  }
+  s << ")";
+  return s.str();
+}
+
+// |actual - expected| <= atol + rtol |expected| everywhere (NaN only where expected is NaN,
+// infinities must match); reports the worst element.
+template <typename T>
+void expect_close(const std::vector<T>& actual, const std::vector<T>& expected, double atol, double rtol,
+                  const std::string& what) {
+  REQUIRE_MESSAGE(actual.size() == expected.size(), what);
+  std::size_t bad = 0, worst = 0;
+  double worst_excess = -1;
+  for (std::size_t i = 0; i < actual.size(); ++i) {
+    const double a = double(actual[i]), e = double(expected[i]);
+    bool ok;
+    if (std::isnan(e)) ok = std::isnan(a);
+    else if (std::isinf(e)) ok = a == e;
+    else ok = std::fabs(a - e) <= atol + rtol * std::fabs(e);
+    if (!ok) {
+      ++bad;
+      const double excess = std::isnan(a) ? std::numeric_limits<double>::infinity() : std::fabs(a - e);
+      if (excess > worst_excess) {
+        worst_excess = excess;
+        worst = i;
+      }
+    }
+  }
+  if (bad > 0) {
+    FAIL_CHECK(what << ": " << bad << " of " << actual.size() << " elements differ; worst at " << worst
+                    << ": got " << double(actual[worst]) << ", expected " << double(expected[worst]));
+  } else {
+    CHECK(true);
+  }
+}
+
+template <typename T>
+void expect_same_bits(const std::vector<T>& a, const std::vector<T>& b, const std::string& what) {
+  REQUIRE(a.size() == b.size());
+  const bool same = a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+  CHECK_MESSAGE(same, what << ": two runs differ (the kernel is not deterministic)");
+}
+
+struct Suite {
+  const KernelTable<float>& dev;
+  const MemoryTable& mem;
+  Allocator& alloc;
+  bool full_size;  // false in the host emulation: the largest shapes are cut down
+  const KernelTable<float>& ref = ref_table_f32();
+  const MemoryTable& ref_mem = ref_memory_table();
+
+  template <typename T>
+  DeviceBuffer<T> put(const std::vector<T>& host) { return DeviceBuffer<T>(alloc, host); }
+};
+
+// Runs `device_outputs` twice and checks the two results are the same bits; returns the
+// first. Every CUDA kernel of the table is meant to be deterministic.
+std::vector<std::vector<float>> run_twice(const std::function<std::vector<std::vector<float>>()>& device_outputs,
+                                          const std::string& what) {
+  auto first = device_outputs();
+  auto second = device_outputs();
+  REQUIRE(first.size() == second.size());
+  for (std::size_t i = 0; i < first.size(); ++i) expect_same_bits(first[i], second[i], what);
+  return first;
+}
+
+// ---- gemm ----------------------------------------------------------------------------------
+
+void check_gemm(Suite& s) {
+  struct Shape { i64 m, n, k; };
+  std::vector<Shape> shapes = {{1, 1, 1}, {7, 33, 5}, {33, 7, 64}, {1, 70, 33}, {65, 1, 17}, {64, 1000, 33}, {3, 4, 0}};
+  if (s.full_size) shapes.push_back({257, 300, 1029});
+  std::uint64_t seed = 100;
+  for (const Shape& sh : shapes) {
+    for (Trans ta : {Trans::N, Trans::T}) {
+      for (Trans tb : {Trans::N, Trans::T}) {
+        for (int variant = 0; variant < 3; ++variant) {
+          // variant 0: single matrix, beta 0, padded leading dimensions
+          // variant 1: batch 3, alpha 0.7, beta 0.5
+          // variant 2: batch 2 with A broadcast (stride 0), beta 0
+          GemmArgs<float> g;
+          g.trans_a = ta;
+          g.trans_b = tb;
+          g.m = sh.m;
+          g.n = sh.n;
+          g.k = sh.k;
+          g.alpha = variant == 1 ? 0.7f : 1.0f;
+          g.beta = variant == 1 ? 0.5f : 0.0f;
+          g.batch = variant == 0 ? 1 : (variant == 1 ? 3 : 2);
+          const i64 a_rows = ta == Trans::N ? sh.m : sh.k, a_cols = ta == Trans::N ? sh.k : sh.m;
+          const i64 b_rows = tb == Trans::N ? sh.k : sh.n, b_cols = tb == Trans::N ? sh.n : sh.k;
+          const i64 pad = variant == 0 ? 3 : 0;
+          g.lda = a_cols + pad;
+          g.ldb = b_cols + pad;
+          g.ldc = sh.n + pad;
+          const i64 a_size = a_rows * g.lda, b_size = b_rows * g.ldb, c_size = sh.m * g.ldc;
+          g.stride_a = variant == 2 ? 0 : a_size;
+          g.stride_b = b_size;
+          g.stride_c = c_size;
+          const i64 a_count = variant == 2 ? a_size : a_size * g.batch;
+          auto A = random_floats(std::size_t(std::max<i64>(a_count, 1)), seed++);
+          auto B = random_floats(std::size_t(std::max<i64>(b_size * g.batch, 1)), seed++);
+          auto C = g.beta == 0.0f ? nans(std::size_t(c_size * g.batch)) : random_floats(std::size_t(c_size * g.batch), seed++);
+          const std::string what = "gemm m,n,k=" + shape_str({sh.m, sh.n, sh.k}) + " ta=" +
+                                   std::to_string(int(ta)) + " tb=" + std::to_string(int(tb)) + " variant " +
+                                   std::to_string(variant);
+          auto expected = C;
+          // Padding columns of C are not part of the product: the reference leaves them
+          // alone, and so must the device.
+          GemmArgs<float> r = g;
+          r.a = A.data();
+          r.b = B.data();
+          r.c = expected.data();
+          s.ref.gemm(r);
+          auto got = run_twice(
+              [&] {
+                auto dA = s.put(A), dB = s.put(B), dC = s.put(C);
+                GemmArgs<float> d = g;
+                d.a = dA.get();
+                d.b = dB.get();
+                d.c = dC.get();
+                s.dev.gemm(d);
+                return std::vector<std::vector<float>>{dC.download()};
+              },
+              what);
+          expect_close(got[0], expected, 1e-6 * double(sh.k) + 1e-6, 1e-5, what);
+        }
+      }
+    }
+  }
+}
+
+// ---- element-wise ----------------------------------------------------------------------------
+
+void check_fill_unary(Suite& s) {
+  std::vector<i64> sizes = {1, 7, 33, 1000, 70001};
+  for (i64 n : sizes) {
+    auto got = run_twice(
+        [&] {
+          auto y = s.put(nans(static_cast<std::size_t>(n)));
+          s.dev.fill(y.get(), -2.5f, n);
+          return std::vector<std::vector<float>>{y.download()};
+        },
+        "fill");
+    expect_close(got[0], std::vector<float>(static_cast<std::size_t>(n), -2.5f), 0, 0, "fill n=" + std::to_string(n));
+  }
+
+  struct Case {
+    UnaryOp op;
+    float param;
+    float lo, hi;
+    bool exact;
+    const char* name;
+  };
+  const Case cases[] = {
+      {UnaryOp::Neg, 0, -3, 3, true, "neg"},          {UnaryOp::Exp, 0, -10, 10, false, "exp"},
+      {UnaryOp::Log, 0, 0.01f, 50, false, "log"},     {UnaryOp::Sqrt, 0, 0.01f, 50, false, "sqrt"},
+      {UnaryOp::Tanh, 0, -6, 6, false, "tanh"},       {UnaryOp::Sigmoid, 0, -20, 20, false, "sigmoid"},
+      {UnaryOp::Relu, 0, -3, 3, true, "relu"},        {UnaryOp::Gelu, 0, -6, 6, false, "gelu"},
+      {UnaryOp::AddScalar, 0.375f, -3, 3, true, "add_scalar"},
+      {UnaryOp::MulScalar, -1.5f, -3, 3, true, "mul_scalar"},
+      {UnaryOp::PowScalar, 2.5f, 0.01f, 4, false, "pow_scalar"},
+      {UnaryOp::PowScalar, 0.0f, 0.0f, 4, false, "pow_scalar_0"},
+      {UnaryOp::Abs, 0, -3, 3, true, "abs"},
+  };
+  std::uint64_t seed = 200;
+  for (const Case& c : cases) {
+    for (i64 n : {i64(1), i64(33), i64(1000), i64(70001)}) {
+      auto x = random_floats(static_cast<std::size_t>(n), seed++, c.lo, c.hi);
+      if (c.op == UnaryOp::Relu || c.op == UnaryOp::Abs) x[0] = 0.0f;  // the kink
+      const std::string what = std::string("unary ") + c.name + " n=" + std::to_string(n);
+      std::vector<float> y_ref(static_cast<std::size_t>(n));
+      s.ref.unary(c.op, c.param, x.data(), y_ref.data(), n);
+      auto got = run_twice(
+          [&] {
+            auto dx = s.put(x), dy = s.put(nans(static_cast<std::size_t>(n)));
+            s.dev.unary(c.op, c.param, dx.get(), dy.get(), n);
+            return std::vector<std::vector<float>>{dy.download()};
+          },
+          what);
+      // exact: one correctly rounded operation; otherwise CUDA's math library (<= 2 ulp)
+      expect_close(got[0], y_ref, c.exact ? 0.0 : 1e-6, c.exact ? 0.0 : 1e-5, what);
+
+      // backward, overwriting and accumulating; derivatives built on y use the reference y
+      auto gy = random_floats(static_cast<std::size_t>(n), seed++);
+      auto gx0 = random_floats(static_cast<std::size_t>(n), seed++);
+      for (bool accumulate : {false, true}) {
+        auto expected = accumulate ? gx0 : nans(static_cast<std::size_t>(n));
+        if (!accumulate) std::fill(expected.begin(), expected.end(), 0.0f);
+        s.ref.unary_backward(c.op, c.param, x.data(), y_ref.data(), gy.data(), expected.data(), n, accumulate);
+        auto gx = run_twice(
+            [&] {
+              auto dx = s.put(x), dy = s.put(y_ref), dgy = s.put(gy);
+              auto dgx = s.put(accumulate ? gx0 : nans(static_cast<std::size_t>(n)));
+              s.dev.unary_backward(c.op, c.param, dx.get(), dy.get(), dgy.get(), dgx.get(), n, accumulate);
+              return std::vector<std::vector<float>>{dgx.download()};
+            },
+            what + " backward");
+        // gy * f'(x) (+ gx) is up to two roundings on the device, one in the reference:
+        // half an ulp of values below 2.5 for the exact ops
+        expect_close(gx[0], expected, c.exact ? 3e-7 : 1e-6, c.exact ? 0.0 : 1e-5,
+                     what + (accumulate ? " backward accumulate" : " backward"));
+      }
+    }
+  }
+}
+
+// A broadcast layout and the sizes of the operand buffers it reaches.
+struct Layout {
+  BroadcastLayout l;
+  std::size_t a_size, b_size, out_size;
+};
+
+Layout make_layout(std::vector<i64> shape, std::vector<i64> sa, std::vector<i64> sb) {
+  Layout r{};
+  r.l.ndim = int(shape.size());
+  r.out_size = 1;
+  i64 reach_a = 0, reach_b = 0;
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    r.l.shape[d] = shape[d];
+    r.l.stride_a[d] = sa[d];
+    r.l.stride_b[d] = sb[d];
+    r.out_size *= std::size_t(shape[d]);
+    reach_a += (shape[d] - 1) * sa[d];
+    reach_b += (shape[d] - 1) * sb[d];
+  }
+  r.a_size = std::size_t(reach_a + 1);
+  r.b_size = std::size_t(reach_b + 1);
+  return r;
+}
+
+void check_binary(Suite& s) {
+  std::vector<Layout> layouts = {
+      make_layout({1}, {1}, {1}),
+      make_layout({33, 7}, {7, 1}, {7, 1}),                // same shape
+      make_layout({33, 7}, {7, 1}, {0, 1}),                // b is a row, repeated down
+      make_layout({33, 7}, {1, 0}, {7, 1}),                // a is a column, repeated across
+      make_layout({5, 7, 3}, {1, 5, 35}, {21, 3, 1}),      // a read transposed
+      make_layout({7, 1, 33}, {33, 33, 1}, {0, 0, 0}),     // b a scalar, a size-1 dimension
+      make_layout({2, 3, 4, 5, 6}, {360, 120, 30, 6, 1}, {0, 5, 0, 1, 0}),
+      make_layout({1000, 67}, {67, 1}, {0, 1}),            // 1000+ rows, bias-like
+  };
+  const BinaryOp ops[] = {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div,
+                          BinaryOp::Max, BinaryOp::Min, BinaryOp::Pow};
+  std::uint64_t seed = 300;
+  for (BinaryOp op : ops) {
+    for (std::size_t li = 0; li < layouts.size(); ++li) {
+      const Layout& L = layouts[li];
+      const bool pow = op == BinaryOp::Pow;
+      auto a = random_floats(L.a_size, seed++, pow ? 0.1f : -2.0f, 2.0f);
+      auto b = random_floats(L.b_size, seed++, pow ? -2.0f : 0.25f, 2.0f);
+      if (op == BinaryOp::Max || op == BinaryOp::Min) a[0] = std::numeric_limits<float>::quiet_NaN();
+      const std::string what = "binary op " + std::to_string(int(op)) + " layout " + std::to_string(li);
+      std::vector<float> expected(L.out_size);
+      s.ref.binary(op, L.l, a.data(), b.data(), expected.data());
+      auto got = run_twice(
+          [&] {
+            auto da = s.put(a), db = s.put(b), dout = s.put(nans(L.out_size));
+            s.dev.binary(op, L.l, da.get(), db.get(), dout.get());
+            return std::vector<std::vector<float>>{dout.download()};
+          },
+          what);
+      // one correctly rounded operation (exact) except powf (<= 2 ulp)
+      expect_close(got[0], expected, 0.0, pow ? 1e-5 : 0.0, what);
+    }
+  }
+}
+
+void check_dropout(Suite& s) {
+  std::vector<i64> sizes = {1, 33, 1000, 100003};
+  std::uint64_t seed = 400;
+  for (i64 n : sizes) {
+    for (float p : {0.0f, 0.1f, 0.5f, 1.0f}) {
+      const std::uint64_t key = 0x5eed0000ULL + seed, offset = (std::uint64_t(1) << 40) + 12345;
+      auto x = random_floats(static_cast<std::size_t>(n), seed++, 0.5f, 2.0f);  // nonzero: zero in y means dropped
+      std::vector<float> y_ref(static_cast<std::size_t>(n)), g_ref(static_cast<std::size_t>(n));
+      s.ref.dropout_forward(x.data(), y_ref.data(), n, p, key, offset);
+      s.ref.dropout_backward(x.data(), g_ref.data(), n, p, key, offset);
+      const std::string what = "dropout n=" + std::to_string(n) + " p=" + std::to_string(p);
+      auto got = run_twice(
+          [&] {
+            auto dx = s.put(x), dy = s.put(nans(static_cast<std::size_t>(n))), dg = s.put(nans(static_cast<std::size_t>(n)));
+            s.dev.dropout_forward(dx.get(), dy.get(), n, p, key, offset);
+            s.dev.dropout_backward(dx.get(), dg.get(), n, p, key, offset);
+            return std::vector<std::vector<float>>{dy.download(), dg.download()};
+          },
+          what);
+      // The same mask AND the same values as the CPU: bit for bit.
+      expect_same_bits(got[0], y_ref, what + " forward vs CPU");
+      expect_same_bits(got[1], g_ref, what + " backward vs CPU");
+      if (n == 100003 && p == 0.5f) {
+        const auto dropped = std::count(got[0].begin(), got[0].end(), 0.0f);
+        CHECK(dropped > n * 45 / 100);
+        CHECK(dropped < n * 55 / 100);
+      }
+    }
+  }
+}
+
+void check_adam(Suite& s) {
+  std::uint64_t seed = 500;
+  for (i64 n : {i64(1), i64(33), i64(1000), i64(70001)}) {
+    for (bool decoupled : {true, false}) {
+      AdamParams hp{1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f - std::pow(0.9f, 3.0f), 1.0f - std::pow(0.999f, 3.0f),
+                    decoupled};
+      auto p = random_floats(static_cast<std::size_t>(n), seed++), g = random_floats(static_cast<std::size_t>(n), seed++);
+      auto m = random_floats(static_cast<std::size_t>(n), seed++, -0.1f, 0.1f), v = random_floats(static_cast<std::size_t>(n), seed++, 0.0f, 0.01f);
+      auto p_ref = p, m_ref = m, v_ref = v;
+      s.ref.adam_update(hp, p_ref.data(), g.data(), m_ref.data(), v_ref.data(), n);
+      const std::string what = "adam n=" + std::to_string(n) + (decoupled ? " adamw" : " adam-l2");
+      auto got = run_twice(
+          [&] {
+            auto dp = s.put(p), dg = s.put(g), dm = s.put(m), dv = s.put(v);
+            s.dev.adam_update(hp, dp.get(), dg.get(), dm.get(), dv.get(), n);
+            return std::vector<std::vector<float>>{dp.download(), dm.download(), dv.download()};
+          },
+          what);
+      // double arithmetic on both sides; only sqrt/division implementations may differ
+      expect_close(got[0], p_ref, 1e-7, 1e-6, what + " param");
+      expect_close(got[1], m_ref, 1e-9, 1e-6, what + " m");
+      expect_close(got[2], v_ref, 1e-12, 1e-6, what + " v");
+    }
+  }
+}
+
+// ---- reductions ------------------------------------------------------------------------------
+
+void check_reduce(Suite& s) {
+  struct Shape { i64 outer, n, inner; };
+  std::vector<Shape> shapes = {{1, 1, 1}, {7, 33, 1},  {3, 1000, 1}, {2, 33, 7},  {5, 7, 33},
+                               {1, 300, 70}, {2, 0, 3}, {1, 20000, 1}, {1, 4096, 33}};
+  if (s.full_size) {
+    shapes.push_back({1, 1000003, 1});  // rows path split in many chunks
+    shapes.push_back({1, 4096, 256});   // a bias gradient: column path split
+    shapes.push_back({2, 100000, 3});
+  }
+  std::uint64_t seed = 600;
+  for (const Shape& sh : shapes) {
+    const std::size_t in = std::size_t(sh.outer * sh.n * sh.inner), out = std::size_t(sh.outer * sh.inner);
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
+      std::vector<float> x = random_floats(in, seed++);
+      if (op == ReduceOp::Max) {
+        // few distinct values: many ties, so "the first maximum" is really tested
+        auto q = random_ints(in, seed++, -3, 3);
+        for (std::size_t i = 0; i < in; ++i) x[i] = float(q[i]);
+        if (in > 5) x[5] = std::numeric_limits<float>::quiet_NaN();  // a NaN wins its output
+      }
+      std::vector<float> y_ref(out);
+      std::vector<int32_t> idx_ref(out);
+      s.ref.reduce(op, x.data(), y_ref.data(), idx_ref.data(), sh.outer, sh.n, sh.inner);
+      const std::string what = std::string("reduce ") + (op == ReduceOp::Sum ? "sum " : "max ") +
+                               shape_str({sh.outer, sh.n, sh.inner});
+      std::vector<int32_t> idx_got;
+      auto got = run_twice(
+          [&] {
+            auto dx = s.put(x), dy = s.put(nans(out));
+            DeviceBuffer<int32_t> didx(s.alloc, std::vector<int32_t>(out, -7));
+            s.dev.reduce(op, dx.get(), dy.get(), op == ReduceOp::Max ? didx.get() : nullptr, sh.outer, sh.n,
+                         sh.inner);
+            idx_got = didx.download();
+            return std::vector<std::vector<float>>{dy.download()};
+          },
+          what);
+      if (op == ReduceOp::Sum) {
+        expect_close(got[0], y_ref, 1e-6 * double(sh.n) + 1e-6, 1e-5, what);
+      } else {
+        expect_close(got[0], y_ref, 0, 0, what);
+        expect_close(idx_got, idx_ref, 0, 0, what + " index");
+      }
+    }
+  }
+
+  std::vector<i64> sizes = {1, 7, 1000, 20000};
+  if (s.full_size) sizes.push_back(3000017);
+  for (i64 n : sizes) {
+    auto x = random_floats(static_cast<std::size_t>(n), seed++);
+    for (bool accumulate : {false, true}) {
+      float expected = accumulate ? 1.25f : std::numeric_limits<float>::quiet_NaN();
+      s.ref.sum_squares(x.data(), n, &expected, accumulate);
+      const std::string what = "sum_squares n=" + std::to_string(n) + (accumulate ? " accumulate" : "");
+      auto got = run_twice(
+          [&] {
+            auto dx = s.put(x);
+            auto dout = s.put(std::vector<float>{accumulate ? 1.25f : std::numeric_limits<float>::quiet_NaN()});
+            s.dev.sum_squares(dx.get(), n, dout.get(), accumulate);
+            return std::vector<std::vector<float>>{dout.download()};
+          },
+          what);
+      expect_close(got[0], std::vector<float>{expected}, 1e-6, 1e-5, what);
+    }
+  }
+}
+
+// ---- softmax and cross-entropy -------------------------------------------------------------------
+
+void check_softmax(Suite& s) {
+  struct Shape { i64 rows, n; };
+  std::vector<Shape> shapes = {{1, 1}, {7, 33}, {3, 1000}, {2, 30522}, {70, 128}};
+  std::uint64_t seed = 700;
+  for (const Shape& sh : shapes) {
+    const std::size_t size = std::size_t(sh.rows * sh.n);
+    for (bool log : {false, true}) {
+      auto x = random_floats(size, seed++, -8.0f, 8.0f);
+      if (size > 3) x[2] = -std::numeric_limits<float>::infinity();  // a masked entry
+      std::vector<float> y_ref(size);
+      s.ref.softmax_forward(x.data(), y_ref.data(), sh.rows, sh.n, log);
+      const std::string what = std::string(log ? "log_softmax " : "softmax ") + shape_str({sh.rows, sh.n});
+      auto got = run_twice(
+          [&] {
+            auto dx = s.put(x), dy = s.put(nans(size));
+            s.dev.softmax_forward(dx.get(), dy.get(), sh.rows, sh.n, log);
+            return std::vector<std::vector<float>>{dy.download()};
+          },
+          what);
+      // log-softmax values reach ~ -20: a few ulp of that is ~1e-5
+      expect_close(got[0], y_ref, log ? 1e-5 : 1e-7, 1e-5, what);
+
+      auto gy = random_floats(size, seed++);
+      std::vector<float> gx_ref(size);
+      s.ref.softmax_backward(y_ref.data(), gy.data(), gx_ref.data(), sh.rows, sh.n, log);
+      auto gx = run_twice(
+          [&] {
+            auto dy = s.put(y_ref), dgy = s.put(gy), dgx = s.put(nans(size));
+            s.dev.softmax_backward(dy.get(), dgy.get(), dgx.get(), sh.rows, sh.n, log);
+            return std::vector<std::vector<float>>{dgx.download()};
+          },
+          what + " backward");
+      // differences of a row sum: absolute error grows with the row's sum of |gy|
+      expect_close(gx[0], gx_ref, log ? 1e-6 * double(sh.n) : 1e-6, 1e-4, what + " backward");
+    }
+  }
+}
+
+void check_cross_entropy(Suite& s) {
+  struct Shape { i64 rows, V; };
+  std::vector<Shape> shapes = {{1, 1}, {7, 33}, {5, 1000}, {3, 30522}};
+  if (s.full_size) shapes.push_back({64, 30522});
+  const int32_t ignore = -100;
+  std::uint64_t seed = 800;
+  for (const Shape& sh : shapes) {
+    for (int variant = 0; variant < 2; ++variant) {  // 1: every row ignored
+      const std::size_t size = std::size_t(sh.rows * sh.V);
+      auto logits = random_floats(size, seed++, -6.0f, 6.0f);
+      auto targets = random_ints(std::size_t(sh.rows), seed++, 0, int32_t(sh.V - 1));
+      for (i64 r = 0; r < sh.rows; ++r) {
+        if (variant == 1 || (sh.rows > 2 && r % 3 == 1)) targets[std::size_t(r)] = ignore;
+      }
+      std::vector<float> lse_ref(std::size_t(sh.rows));
+      float loss_ref = 0, count_ref = 0;
+      s.ref.cross_entropy_forward(logits.data(), targets.data(), sh.rows, sh.V, ignore, lse_ref.data(), &loss_ref,
+                                  &count_ref);
+      const float gloss = 1.3f;
+      std::vector<float> g_ref(size);
+      s.ref.cross_entropy_backward(logits.data(), targets.data(), lse_ref.data(), &count_ref, &gloss, sh.rows, sh.V,
+                                   ignore, g_ref.data());
+      const std::string what = "cross_entropy " + shape_str({sh.rows, sh.V}) + (variant ? " all ignored" : "");
+      auto got = run_twice(
+          [&] {
+            auto dlogits = s.put(logits);
+            DeviceBuffer<int32_t> dtargets(s.alloc, targets);
+            auto dlse = s.put(nans(std::size_t(sh.rows))), dloss = s.put(nans(1)), dcount = s.put(nans(1));
+            s.dev.cross_entropy_forward(dlogits.get(), dtargets.get(), sh.rows, sh.V, ignore, dlse.get(), dloss.get(),
+                                        dcount.get());
+            auto dgloss = s.put(std::vector<float>{gloss}), dg = s.put(nans(size));
+            s.dev.cross_entropy_backward(dlogits.get(), dtargets.get(), dlse.get(), dcount.get(), dgloss.get(),
+                                         sh.rows, sh.V, ignore, dg.get());
+            return std::vector<std::vector<float>>{dlse.download(), dloss.download(), dcount.download(), dg.download()};
+          },
+          what);
+      expect_close(got[0], lse_ref, 2e-6, 1e-6, what + " lse");
+      expect_close(got[1], std::vector<float>{loss_ref}, 1e-6, 1e-5, what + " loss");
+      expect_close(got[2], std::vector<float>{count_ref}, 0, 0, what + " count");
+      // prob = exp(x - lse) carries lse's rounding (~1e-6 relative); scale = gloss/count
+      const double scale = count_ref > 0 ? gloss / count_ref : 0.0;
+      expect_close(got[3], g_ref, 1e-7 * scale, 1e-5, what + " backward");
+    }
+  }
+}
+
+// ---- layer norm -----------------------------------------------------------------------------------
+
+void check_layer_norm(Suite& s) {
+  struct Shape { i64 rows, D; };
+  std::vector<Shape> shapes = {{1, 1}, {7, 33}, {5, 256}, {300, 33}, {3, 1000}};
+  if (s.full_size) shapes.push_back({4096, 256});
+  std::uint64_t seed = 900;
+  for (const Shape& sh : shapes) {
+    for (bool affine : {true, false}) {
+      const std::size_t size = std::size_t(sh.rows * sh.D), rows = std::size_t(sh.rows), D = std::size_t(sh.D);
+      auto x = random_floats(size, seed++, -3.0f, 5.0f);
+      auto gamma = random_floats(D, seed++, 0.5f, 1.5f), beta = random_floats(D, seed++);
+      const float* gp = affine ? gamma.data() : nullptr;
+      const float* bp = affine ? beta.data() : nullptr;
+      const float eps = 1e-5f;
+      std::vector<float> y_ref(size), mean_ref(rows), rstd_ref(rows);
+      s.ref.layer_norm_forward(x.data(), gp, bp, sh.rows, sh.D, eps, y_ref.data(), mean_ref.data(), rstd_ref.data());
+      auto gy = random_floats(size, seed++);
+      std::vector<float> gx_ref(size), gg_ref(D), gb_ref(D);
+      s.ref.layer_norm_backward(x.data(), gp, mean_ref.data(), rstd_ref.data(), gy.data(), sh.rows, sh.D,
+                                gx_ref.data(), gg_ref.data(), gb_ref.data());
+      const std::string what = "layer_norm " + shape_str({sh.rows, sh.D}) + (affine ? "" : " no affine");
+      auto got = run_twice(
+          [&] {
+            auto dx = s.put(x), dgamma = s.put(gamma), dbeta = s.put(beta);
+            auto dy = s.put(nans(size)), dmean = s.put(nans(rows)), drstd = s.put(nans(rows));
+            s.dev.layer_norm_forward(dx.get(), affine ? dgamma.get() : nullptr, affine ? dbeta.get() : nullptr,
+                                     sh.rows, sh.D, eps, dy.get(), dmean.get(), drstd.get());
+            // backward from the reference statistics, so it is judged on its own
+            auto dmean_ref = s.put(mean_ref), drstd_ref = s.put(rstd_ref), dgy = s.put(gy);
+            auto dgx = s.put(nans(size)), dgg = s.put(nans(D)), dgb = s.put(nans(D));
+            s.dev.layer_norm_backward(dx.get(), affine ? dgamma.get() : nullptr, dmean_ref.get(), drstd_ref.get(),
+                                      dgy.get(), sh.rows, sh.D, dgx.get(), dgg.get(), dgb.get());
+            return std::vector<std::vector<float>>{dy.download(),  dmean.download(), drstd.download(),
+                                                   dgx.download(), dgg.download(),   dgb.download()};
+          },
+          what);
+      expect_close(got[0], y_ref, 1e-5, 1e-5, what + " y");
+      expect_close(got[1], mean_ref, 1e-6, 1e-6, what + " mean");
+      expect_close(got[2], rstd_ref, 0, 1e-5, what + " rstd");
+      expect_close(got[3], gx_ref, 1e-5, 1e-4, what + " gx");
+      expect_close(got[4], gg_ref, 1e-6 * double(sh.rows) + 1e-6, 1e-5, what + " ggamma");
+      expect_close(got[5], gb_ref, 1e-6 * double(sh.rows) + 1e-6, 1e-5, what + " gbeta");
+    }
+  }
+}
+
+// ---- embedding --------------------------------------------------------------------------------------
+
+void check_embedding(Suite& s) {
+  struct Shape { i64 V, D, n; int id_range; };  // ids drawn from [0, id_range): repeats guaranteed
+  std::vector<Shape> shapes = {{1, 1, 1, 1}, {7, 33, 7, 3}, {50, 256, 1000, 50}, {1000, 1, 33, 1000}, {5, 7, 300, 1}};
+  shapes.push_back({s.full_size ? 30522 : 3000, 33, 1000, 200});
+  if (s.full_size) shapes.push_back({30522, 256, 4096, 30522});
+  std::uint64_t seed = 1000;
+  for (const Shape& sh : shapes) {
+    const std::size_t table_size = std::size_t(sh.V * sh.D), out_size = std::size_t(sh.n * sh.D);
+    auto table = random_floats(table_size, seed++);
+    auto ids = random_ints(std::size_t(sh.n), seed++, 0, sh.id_range - 1);
+    if (sh.n > 2) ids.back() = int32_t(sh.V - 1);  // the last vocabulary row is used
+    std::vector<float> out_ref(out_size);
+    s.ref.embedding_forward(table.data(), ids.data(), sh.n, sh.V, sh.D, out_ref.data());
+    auto gout = random_floats(out_size, seed++);
+    std::vector<float> gtable_ref(table_size);
+    s.ref.embedding_backward(ids.data(), gout.data(), sh.n, sh.V, sh.D, gtable_ref.data());
+    const std::string what = "embedding V,D,n=" + shape_str({sh.V, sh.D, sh.n});
+    auto got = run_twice(
+        [&] {
+          auto dtable = s.put(table), dgout = s.put(gout);
+          DeviceBuffer<int32_t> dids(s.alloc, ids);
+          auto dout = s.put(nans(out_size)), dgtable = s.put(nans(table_size));
+          s.dev.embedding_forward(dtable.get(), dids.get(), sh.n, sh.V, sh.D, dout.get());
+          s.dev.embedding_backward(dids.get(), dgout.get(), sh.n, sh.V, sh.D, dgtable.get());
+          return std::vector<std::vector<float>>{dout.download(), dgtable.download()};
+        },
+        what);
+    expect_same_bits(got[0], out_ref, what + " forward");
+    // summed in increasing position, like the reference: the same bits
+    expect_same_bits(got[1], gtable_ref, what + " backward");
+  }
+}
+
+// ---- attention --------------------------------------------------------------------------------------
+
+void check_attention(Suite& s) {
+  struct Shape { i64 BH, L, dh; };
+  std::vector<Shape> shapes = {{1, 1, 1}, {2, 7, 16}, {3, 33, 64}, {1, 70, 33}, {2, 40, 128}, {1, 65, 7}};
+  if (s.full_size) {
+    shapes.push_back({128, 128, 64});  // the paper model: batch 32 x 4 heads, block 128
+    shapes.push_back({1, 1029, 64});
+  }
+  std::uint64_t seed = 1100;
+  for (const Shape& sh : shapes) {
+    for (bool causal : {true, false}) {
+      const std::size_t size = std::size_t(sh.BH * sh.L * sh.dh), rows = std::size_t(sh.BH * sh.L);
+      auto q = random_floats(size, seed++), k = random_floats(size, seed++), v = random_floats(size, seed++);
+      const float scale = 1.0f / std::sqrt(float(sh.dh));
+      std::vector<float> out_ref(size), lse_ref(rows);
+      s.ref.attention_forward(q.data(), k.data(), v.data(), sh.BH, sh.L, sh.dh, scale, causal, out_ref.data(),
+                              lse_ref.data());
+      auto gout = random_floats(size, seed++);
+      std::vector<float> gq_ref(size), gk_ref(size), gv_ref(size);
+      s.ref.attention_backward(q.data(), k.data(), v.data(), out_ref.data(), lse_ref.data(), gout.data(), sh.BH,
+                               sh.L, sh.dh, scale, causal, gq_ref.data(), gk_ref.data(), gv_ref.data());
+      const std::string what = "attention BH,L,dh=" + shape_str({sh.BH, sh.L, sh.dh}) + (causal ? " causal" : "");
+      auto got = run_twice(
+          [&] {
+            auto dq = s.put(q), dk = s.put(k), dv = s.put(v);
+            auto dout = s.put(nans(size)), dlse = s.put(nans(rows));
+            s.dev.attention_forward(dq.get(), dk.get(), dv.get(), sh.BH, sh.L, sh.dh, scale, causal, dout.get(),
+                                    dlse.get());
+            // backward from the reference forward, so it is judged on its own
+            auto dout_ref = s.put(out_ref), dlse_ref = s.put(lse_ref), dgout = s.put(gout);
+            auto dgq = s.put(nans(size)), dgk = s.put(nans(size)), dgv = s.put(nans(size));
+            s.dev.attention_backward(dq.get(), dk.get(), dv.get(), dout_ref.get(), dlse_ref.get(), dgout.get(), sh.BH,
+                                     sh.L, sh.dh, scale, causal, dgq.get(), dgk.get(), dgv.get());
+            return std::vector<std::vector<float>>{dout.download(), dlse.download(), dgq.download(), dgk.download(),
+                                                   dgv.download()};
+          },
+          what);
+      expect_close(got[0], out_ref, 1e-5, 1e-4, what + " out");
+      expect_close(got[1], lse_ref, 1e-5, 1e-5, what + " lse");
+      // The reference accumulates each gradient term in float too (into the output);
+      // both sides sum up to L terms of size ~1/L.
+      expect_close(got[2], gq_ref, 2e-5, 1e-3, what + " gq");
+      expect_close(got[3], gk_ref, 2e-5, 1e-3, what + " gk");
+      expect_close(got[4], gv_ref, 2e-5, 1e-3, what + " gv");
+    }
+  }
+}
+
+// ---- Plücker pairing ---------------------------------------------------------------------------------
+
+void check_plucker(Suite& s) {
+  struct Shape { i64 B, L, r; std::vector<int32_t> offsets; };
+  std::vector<Shape> shapes = {{1, 1, 1, {1}},
+                               {2, 7, 4, {1, 2}},
+                               {2, 33, 32, {1, 2, 4, 8, 12, 16}},
+                               {1, 20, 5, {1, 3, 25}},  // an offset longer than the sequence
+                               {3, 9, 7, {2}}};
+  if (s.full_size) shapes.push_back({32, 128, 32, {1, 2, 4, 8, 12, 16}});
+  std::uint64_t seed = 1200;
+  for (const Shape& sh : shapes) {
+    const i64 m = i64(sh.offsets.size()), P = sh.r * (sh.r - 1) / 2;
+    const std::size_t zs = std::size_t(sh.B * sh.L * sh.r), ns = std::size_t(sh.B * sh.L * m);
+    const std::size_t outs = std::size_t(sh.B * sh.L * m * P), means = std::size_t(sh.B * sh.L * P);
+    auto z = random_floats(zs, seed++);
+    // Rows 1 and 2 parallel (p = 0, the norm clamps to eps) where the sequence allows.
+    if (sh.L >= 3) {
+      for (i64 c = 0; c < sh.r; ++c) z[std::size_t(2 * sh.r + c)] = 2.0f * z[std::size_t(sh.r + c)];
+    }
+    const float eps = 1e-6f;
+    const int32_t* off = sh.offsets.data();
+    std::vector<float> out_ref(outs), norms_ref(ns), mean_ref(means), mean_norms_ref(ns);
+    s.ref.plucker_forward(z.data(), sh.B, sh.L, sh.r, off, m, eps, out_ref.data(), norms_ref.data());
+    s.ref.plucker_mean_forward(z.data(), sh.B, sh.L, sh.r, off, m, eps, mean_ref.data(), mean_norms_ref.data());
+    auto gout = random_floats(outs, seed++), gmean = random_floats(means, seed++);
+    std::vector<float> gz_ref(zs), gz_mean_ref(zs);
+    s.ref.plucker_backward(z.data(), sh.B, sh.L, sh.r, off, m, eps, out_ref.data(), norms_ref.data(), gout.data(),
+                           gz_ref.data());
+    s.ref.plucker_mean_backward(z.data(), sh.B, sh.L, sh.r, off, m, eps, norms_ref.data(), gmean.data(),
+                                gz_mean_ref.data());
+    const std::string what = "plucker B,L,r,m=" + shape_str({sh.B, sh.L, sh.r, m});
+    auto got = run_twice(
+        [&] {
+          auto dz = s.put(z);
+          auto dout = s.put(nans(outs)), dnorms = s.put(nans(ns)), dmean = s.put(nans(means)),
+               dmean_norms = s.put(nans(ns));
+          s.dev.plucker_forward(dz.get(), sh.B, sh.L, sh.r, off, m, eps, dout.get(), dnorms.get());
+          s.dev.plucker_mean_forward(dz.get(), sh.B, sh.L, sh.r, off, m, eps, dmean.get(), dmean_norms.get());
+          // backward from the reference forward, so it is judged on its own
+          auto dout_ref = s.put(out_ref), dnorms_ref = s.put(norms_ref), dgout = s.put(gout), dgmean = s.put(gmean);
+          auto dgz = s.put(nans(zs)), dgz_mean = s.put(nans(zs));
+          s.dev.plucker_backward(dz.get(), sh.B, sh.L, sh.r, off, m, eps, dout_ref.get(), dnorms_ref.get(),
+                                 dgout.get(), dgz.get());
+          s.dev.plucker_mean_backward(dz.get(), sh.B, sh.L, sh.r, off, m, eps, dnorms_ref.get(), dgmean.get(),
+                                      dgz_mean.get());
+          return std::vector<std::vector<float>>{dout.download(),        dnorms.download(), dmean.download(),
+                                                 dmean_norms.download(), dgz.download(),    dgz_mean.download()};
+        },
+        what);
+    expect_close(got[0], out_ref, 1e-6, 1e-5, what + " out");
+    expect_close(got[1], norms_ref, 1e-7, 1e-5, what + " norms");
+    expect_close(got[2], mean_ref, 1e-6, 1e-5, what + " mean");
+    expect_close(got[3], mean_norms_ref, 1e-7, 1e-5, what + " mean norms");
+    // dp = (g - phat (phat.g)) / ||p||, then sums over r-1 coordinates and up to 2m pairs;
+    // the clamped rows divide by eps = 1e-6, which magnifies rounding a millionfold, so
+    // the absolute tolerance is relative to the largest reference value.
+    auto max_abs = [](const std::vector<float>& v) {
+      double m = 0;
+      for (float x : v) m = std::max(m, double(std::fabs(x)));
+      return m;
+    };
+    expect_close(got[4], gz_ref, 1e-5 * (1.0 + max_abs(gz_ref) * 1e-2), 1e-4, what + " backward");
+    expect_close(got[5], gz_mean_ref, 1e-5 * (1.0 + max_abs(gz_mean_ref) * 1e-2), 1e-4, what + " mean backward");
+  }
+}
+
+// ---- memory movement ---------------------------------------------------------------------------------
+
+void check_memory(Suite& s) {
+  // strided copies: a transpose, a strided slice, a broadcast read, contiguous
+  struct Copy {
+    std::vector<i64> shape, src, dst;
+  };
+  const std::vector<Copy> copies = {
+      {{1}, {1}, {1}},
+      {{33, 7}, {1, 33}, {7, 1}},               // transpose into contiguous
+      {{5, 6, 7}, {84, 14, 2}, {42, 7, 1}},     // every other element of the last axis
+      {{1000, 3}, {0, 1}, {3, 1}},              // one row repeated (expand + contiguous)
+      {{4, 1, 5}, {5, 5, 1}, {5, 5, 1}},        // contiguous (single memcpy)
+      {{3, 4, 5}, {1, 3, 12}, {20, 5, 1}},      // full reversal of axis order
+  };
+  std::uint64_t seed = 1300;
+  for (int elem : {1, 2, 4, 8}) {
+    for (std::size_t ci = 0; ci < copies.size(); ++ci) {
+      const Copy& c = copies[ci];
+      CopyLayout l{};
+      l.ndim = int(c.shape.size());
+      i64 reach_src = 0, reach_dst = 0;
+      for (int d = 0; d < l.ndim; ++d) {
+        l.shape[d] = c.shape[std::size_t(d)];
+        l.stride_src[d] = c.src[std::size_t(d)];
+        l.stride_dst[d] = c.dst[std::size_t(d)];
+        reach_src += (l.shape[d] - 1) * l.stride_src[d];
+        reach_dst += (l.shape[d] - 1) * l.stride_dst[d];
+      }
+      const std::size_t src_bytes = std::size_t(reach_src + 1) * std::size_t(elem);
+      const std::size_t dst_bytes = std::size_t(reach_dst + 1) * std::size_t(elem);
+      auto noise = random_ints(src_bytes, seed++, 0, 255);
+      std::vector<std::uint8_t> src(noise.begin(), noise.end());
+      std::vector<std::uint8_t> expected(dst_bytes, 0xAB);
+      s.ref_mem.strided_copy(l, src.data(), expected.data(), elem);
+      DeviceBuffer<std::uint8_t> dsrc(s.alloc, src), ddst(s.alloc, std::vector<std::uint8_t>(dst_bytes, 0xAB));
+      s.mem.strided_copy(l, dsrc.get(), ddst.get(), elem);
+      CHECK_MESSAGE(ddst.download() == expected, "strided_copy elem " << elem << " case " << ci);
+    }
+  }
+
+  // casts between f32, f64, i32 with the awkward values: fractions of both signs,
+  // out-of-range, NaN, infinities
+  const std::vector<double> values = {0.0, -0.0, 1.5, -1.5, 2.5, -2.7, 123456789.75, 3e9, -3e9,
+                                      std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
+                                      -std::numeric_limits<double>::infinity(), 1e-40, 16777217.0, 7.0};
+  const int sizes[] = {4, 8, 4};
+  for (int from = 0; from < 3; ++from) {
+    for (int to = 0; to < 3; ++to) {
+      std::vector<std::uint8_t> src(values.size() * std::size_t(sizes[from]));
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        const double v = values[i];
+        if (from == 0) { float f = float(v); std::memcpy(&src[i * 4], &f, 4); }
+        if (from == 1) std::memcpy(&src[i * 8], &v, 8);
+        if (from == 2) { int32_t k = std::isfinite(v) && std::fabs(v) < 2e9 ? int32_t(v) : 17; std::memcpy(&src[i * 4], &k, 4); }
+      }
+      const std::size_t dst_bytes = values.size() * std::size_t(sizes[to]);
+      std::vector<std::uint8_t> expected(dst_bytes, 0);
+      s.ref_mem.cast(src.data(), from, expected.data(), to, i64(values.size()));
+      DeviceBuffer<std::uint8_t> dsrc(s.alloc, src), ddst(s.alloc, std::vector<std::uint8_t>(dst_bytes, 0xCD));
+      s.mem.cast(dsrc.get(), from, ddst.get(), to, i64(values.size()));
+      // compared as values: a NaN is any NaN (the GPU writes the canonical NaN bits)
+      auto decode = [&](const std::vector<std::uint8_t>& bytes) {
+        std::vector<double> out(values.size());
+        for (std::size_t i = 0; i < values.size(); ++i) {
+          if (to == 0) { float f; std::memcpy(&f, &bytes[i * 4], 4); out[i] = f; }
+          if (to == 1) std::memcpy(&out[i], &bytes[i * 8], 8);
+          if (to == 2) { int32_t k; std::memcpy(&k, &bytes[i * 4], 4); out[i] = k; }
+        }
+        return out;
+      };
+      expect_close(decode(ddst.download()), decode(expected), 0, 0,
+                   "cast " + std::to_string(from) + " -> " + std::to_string(to));
+    }
+  }
+}
+
+}  // namespace wedge::kernels::cuda_parity
+
+// The whole suite against one implementation of the CUDA table. `device` allocates and
+// copies the memory the table's kernels work on.
+void run_cuda_parity_suite(const wedge::kernels::KernelTable<float>& table, const wedge::kernels::MemoryTable& memory,
+                           wedge::Allocator& device, bool full_size) {
+  using namespace wedge::kernels::cuda_parity;
+  Suite s{table, memory, device, full_size};
+  check_gemm(s);
+  check_fill_unary(s);
+  check_binary(s);
+  check_dropout(s);
+  check_adam(s);
+  check_reduce(s);
+  check_softmax(s);
+  check_cross_entropy(s);
+  check_layer_norm(s);
+  check_embedding(s);
+  check_attention(s);
+  check_plucker(s);
+  check_memory(s);
+}
+
+TEST_CASE("CUDA kernels match the reference kernels on awkward shapes") {
+  const auto* table = wedge::kernels::kernel_table<float>(1);
+  const auto* memory = wedge::kernels::memory_table(1);
+  if (table == nullptr || memory == nullptr) {
+    MESSAGE("no CUDA device: CUDA parity tests skipped");
+    return;
+  }
+  // Every entry of the contract is filled; there is no double table on the GPU.
+  const auto& t = *table;
+  const void* entries[] = {(void*)t.gemm, (void*)t.fill, (void*)t.unary, (void*)t.unary_backward, (void*)t.binary,
+                           (void*)t.reduce, (void*)t.softmax_forward, (void*)t.softmax_backward,
+                           (void*)t.cross_entropy_forward, (void*)t.cross_entropy_backward,
+                           (void*)t.layer_norm_forward, (void*)t.layer_norm_backward, (void*)t.embedding_forward,
+                           (void*)t.embedding_backward, (void*)t.dropout_forward, (void*)t.dropout_backward,
+                           (void*)t.attention_forward, (void*)t.attention_backward, (void*)t.plucker_forward,
+                           (void*)t.plucker_backward, (void*)t.plucker_mean_forward, (void*)t.plucker_mean_backward,
+                           (void*)t.adam_update, (void*)t.sum_squares, (void*)memory->strided_copy,
+                           (void*)memory->cast};
+  for (const void* e : entries) CHECK(e != nullptr);
+  CHECK(wedge::kernels::kernel_table<double>(1) == nullptr);
+  run_cuda_parity_suite(*table, *memory, wedge::allocator_for(wedge::Device::cuda()), true);
+}
