@@ -59,6 +59,7 @@ void register_train(CLI::App& app) {
   cmd->add_option("--stop-after", st->stop_after, "End this invocation after N steps with a checkpoint, as Ctrl-C would")->capture_default_str();
   cmd->add_option("--threads", st->threads, "CPU threads (0: all cores)")->capture_default_str();
   cmd->add_option("--out", st->out, "Run directory (checkpoints, config, metrics)")->required();
+  cmd->add_option("--device", st->device, "cpu or cuda[:N]")->capture_default_str();
   cmd->add_flag("--resume", st->resume, "Continue the run in --out exactly where it stopped");
   cmd->add_flag("--json", st->json, "Progress on stderr; last stdout line is one JSON object with the results");
   cmd->callback([flags, st, cmd] {
@@ -112,6 +113,8 @@ void register_eval(CLI::App& app) {
   auto spec = std::make_shared<CorpusSpec>();
   auto batch = std::make_shared<std::int64_t>(16);
   auto json = std::make_shared<bool>(false);
+  auto device = std::make_shared<std::string>("cpu");
+  cmd->add_option("--device", *device, "cpu or cuda[:N]")->capture_default_str();
   cmd->add_option("--run", *run_dir, "Run directory written by `wedge train`")->required();
   cmd->add_option("--split", *split, "valid or test")->check(CLI::IsMember({"valid", "test", "train"}))->capture_default_str();
   cmd->add_option("--checkpoint", *which, "best or last")->check(CLI::IsMember({"best", "last"}))->capture_default_str();
@@ -119,7 +122,7 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--batch", *batch, "Sequences per forward pass")->capture_default_str();
   cmd->add_flag("--json", *json, "Print one JSON object");
   cmd->callback([=] {
-    LoadedRun run = load_run(*run_dir, *which);
+    LoadedRun run = load_run(*run_dir, *which, Device::parse(*device));
     CorpusSpec s = *spec;
     s.data = run.settings.value("data", std::string());
     if (s.data == "synthetic") s.data.clear();
@@ -148,6 +151,8 @@ void register_generate(CLI::App& app) {
   auto temperature = std::make_shared<double>(1.0);
   auto top_k = std::make_shared<std::int64_t>(40);
   auto seed = std::make_shared<std::uint64_t>(0);
+  auto device = std::make_shared<std::string>("cpu");
+  cmd->add_option("--device", *device, "cpu or cuda[:N]")->capture_default_str();
   cmd->add_option("--run", *run_dir, "Run directory written by `wedge train`")->required();
   cmd->add_option("--prompt", *prompt, "Text to continue")->required();
   cmd->add_option("--max-new-tokens", *max_new, "Tokens to sample")->capture_default_str();
@@ -155,7 +160,7 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--top-k", *top_k, "Sample among the k most likely tokens (0: all)")->capture_default_str();
   cmd->add_option("--seed", *seed, "Sampling seed (same seed, same text)")->capture_default_str();
   cmd->callback([=] {
-    LoadedRun run = load_run(*run_dir, "best");
+    LoadedRun run = load_run(*run_dir, "best", Device::parse(*device));
     CorpusSpec s;
     s.data = run.settings.value("data", std::string());
     if (s.data == "synthetic") s.data.clear();
@@ -189,7 +194,9 @@ void register_bench_step(CLI::App& app) {
   auto warmup = std::make_shared<std::int64_t>(1);
   auto threads = std::make_shared<int>(0);
   auto json = std::make_shared<bool>(false);
+  auto device = std::make_shared<std::string>("cpu");
   add_model_flags(*cmd, *flags);
+  cmd->add_option("--device", *device, "cpu or cuda[:N]")->capture_default_str();
   cmd->add_option("--batch", *batch, "Sequences per step")->capture_default_str();
   cmd->add_option("--steps", *steps, "Timed steps")->capture_default_str();
   cmd->add_option("--warmup-steps", *warmup, "Untimed steps first")->capture_default_str();
@@ -198,7 +205,9 @@ void register_bench_step(CLI::App& app) {
   cmd->callback([=] {
     if (*threads > 0) set_num_threads(*threads);
     models::LMConfig cfg = flags->config();
+    const Device dev = Device::parse(*device);
     auto model = models::make_model(cfg);
+    model->to(dev);
     model->train();
     AdamConfig acfg;
     acfg.weight_decay = 0.01;
@@ -209,7 +218,7 @@ void register_bench_step(CLI::App& app) {
     for (std::int64_t s = 0; s < *warmup + *steps; ++s) {
       std::vector<std::int32_t> ids(B * (L + 1));
       for (auto& v : ids) v = static_cast<std::int32_t>(gen.integer(static_cast<std::uint64_t>(V)));
-      Tensor all = Tensor::from_vector(ids, {B, L + 1});
+      Tensor all = Tensor::from_vector(ids, {B, L + 1}).to(dev);
       Tensor x = ops::narrow(all, 1, 0, L).contiguous(), y = ops::narrow(all, 1, 1, L).contiguous();
       const auto t0 = std::chrono::steady_clock::now();
       Tensor loss = ops::cross_entropy(ops::reshape(model->forward(x), {B * L, V}), ops::reshape(y, {B * L}));
@@ -217,9 +226,10 @@ void register_bench_step(CLI::App& app) {
       clip_grad_norm(model->parameters(), 1.0);
       opt.step();
       opt.zero_grad();
+      const double loss_value = loss.item();  // also waits for the device to finish the step
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (s >= *warmup) times.push_back(ms);
-      if (!*json) fmt::print(stderr, "step {} {:.1f} ms loss {:.4f}\n", s, ms, loss.item());
+      if (!*json) fmt::print(stderr, "step {} {:.1f} ms loss {:.4f}\n", s, ms, loss_value);
     }
     std::sort(times.begin(), times.end());
     const double median = times.empty() ? 0 : times[times.size() / 2];
@@ -227,6 +237,7 @@ void register_bench_step(CLI::App& app) {
     const nlohmann::json j = {{"model", cfg.model},        {"parameters", model->num_parameters()},
                               {"batch", B},                {"block", L},
                               {"threads", num_threads()},  {"steps", *steps},
+                              {"device", dev.str()},
                               {"step_ms", median},         {"tokens_per_s", tps},
                               {"peak_rss_mb", peak_rss_mb()}};
     if (*json) fmt::print("{}\n", j.dump());

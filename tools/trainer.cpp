@@ -43,6 +43,11 @@ Generator* dropout_generator(models::LanguageModel& m) {
   return nullptr;
 }
 
+Device model_device(const models::LanguageModel& m) {
+  const auto params = m.parameters();
+  return params.empty() ? Device::cpu() : params.front().device();
+}
+
 std::map<std::string, Tensor> parameter_map(const models::LanguageModel& m) {
   std::map<std::string, Tensor> out;
   for (auto& [name, p] : m.named_parameters()) out[name] = p;
@@ -81,7 +86,8 @@ nlohmann::json TrainSettings::to_json() const {
           {"clip", clip},
           {"seed", seed},
           {"max_steps", max_steps},
-          {"eval_every", eval_every}};
+          {"eval_every", eval_every},
+          {"device", device}};
 }
 
 // ---- evaluation --------------------------------------------------------------------------------
@@ -94,12 +100,13 @@ EvalResult evaluate(models::LanguageModel& model, const std::vector<std::int32_t
   EvalResult r;
   double nll_sum = 0;
   const data::LmBatcher batcher(stream, static_cast<std::size_t>(block), static_cast<std::size_t>(batch), 0);
+  const Device device = model_device(model);
   for (std::size_t i = 0; i < batcher.eval_batches(); ++i) {
     const data::LmBatch b = batcher.eval_batch(i);
     const auto rows = static_cast<std::int64_t>(b.rows), L = static_cast<std::int64_t>(b.block);
-    Tensor logits = model.forward(Tensor::from_vector(b.inputs, {rows, L}));
-    Tensor loss = ops::cross_entropy(ops::reshape(logits, {rows * L, -1}), Tensor::from_vector(b.targets, {rows * L}),
-                                     data::kIgnoreTarget);
+    Tensor logits = model.forward(Tensor::from_vector(b.inputs, {rows, L}).to(device));
+    Tensor loss = ops::cross_entropy(ops::reshape(logits, {rows * L, -1}),
+                                     Tensor::from_vector(b.targets, {rows * L}).to(device), data::kIgnoreTarget);
     nll_sum += loss.item() * static_cast<double>(b.predicted_tokens);
     r.tokens += static_cast<std::int64_t>(b.predicted_tokens);
   }
@@ -174,11 +181,13 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   say(fmt::format("data: {} - {} train / {} valid tokens, vocabulary {} ({:.1f}s)", corpus.name, corpus.train.size(),
                   corpus.valid.size(), corpus.vocab_size, std::chrono::duration<double>(Clock::now() - t_load).count()));
 
+  const Device device = Device::parse(st.device);
   auto model = models::make_model(config);
+  model->to(device);
   model->train();
   const std::int64_t n_params = model->num_parameters();
-  say(fmt::format("model: {} - {} layers, d {}, d_ff {}, {} parameters", config.model, config.layers, config.d_model,
-                  config.d_ff, n_params));
+  say(fmt::format("model: {} - {} layers, d {}, d_ff {}, {} parameters, on {}", config.model, config.layers, config.d_model,
+                  config.d_ff, n_params, device.str()));
 
   const data::LmBatcher batcher(corpus.train, static_cast<std::size_t>(st.block), static_cast<std::size_t>(st.batch), 0);
   const auto per_epoch = static_cast<std::int64_t>(batcher.train_batches_per_epoch());
@@ -280,7 +289,8 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     const auto t0 = Clock::now();
     const data::LmBatch b = batcher.train_batch(order, static_cast<std::size_t>(step % per_epoch));
     const auto rows = static_cast<std::int64_t>(b.rows), tokens_this_step = rows * st.block;
-    Tensor x = Tensor::from_vector(b.inputs, {rows, st.block}), y = Tensor::from_vector(b.targets, {rows * st.block});
+    Tensor x = Tensor::from_vector(b.inputs, {rows, st.block}).to(device);
+    Tensor y = Tensor::from_vector(b.targets, {rows * st.block}).to(device);
     const double lr = sched.at(step);
     opt.set_lr(lr);
     Tensor logits = model->forward(x);
@@ -338,7 +348,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
 
 // ---- using a trained model --------------------------------------------------------------------------
 
-LoadedRun load_run(const std::string& run_dir, const std::string& which) {
+LoadedRun load_run(const std::string& run_dir, const std::string& which, Device device) {
   const std::string config_path = run_dir + "/config.json";
   std::ifstream in(config_path);
   if (!in) throw std::runtime_error("no run in '" + run_dir + "': " + config_path + " is missing (train one with `wedge train --out " + run_dir + "`)");
@@ -355,6 +365,7 @@ LoadedRun load_run(const std::string& run_dir, const std::string& which) {
   r.model = models::make_model(r.config);
   SafeTensors st = load_safetensors(path);
   load_parameters(*r.model, st, path);
+  r.model->to(device);
   r.model->eval();
   return r;
 }
@@ -371,7 +382,7 @@ std::vector<std::int32_t> generate_tokens(models::LanguageModel& model, std::vec
   for (std::int64_t i = 0; i < max_new; ++i) {
     const std::int64_t len = std::min<std::int64_t>(block, static_cast<std::int64_t>(tokens.size()));
     std::vector<std::int32_t> ctx(tokens.end() - len, tokens.end());
-    Tensor logits = model.forward(Tensor::from_vector(ctx, {1, len}));
+    Tensor logits = model.forward(Tensor::from_vector(ctx, {1, len}).to(model_device(model)));
     Tensor last = ops::narrow(ops::reshape(logits, {len, V}), 0, len - 1, 1);
     std::vector<double> l = last.to(DType::F64).to_vector<double>();
     std::int32_t next = 0;

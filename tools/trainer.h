@@ -41,7 +41,7 @@ struct TrainSettings {
   bool resume = false;
   bool json = false;
   bool quiet_samples = false;
-  std::string device = "cpu";
+  std::string device = "cpu";  // cpu | cuda | cuda:N
 
   nlohmann::json to_json() const;
 };
@@ -77,7 +77,7 @@ struct LoadedRun {
   nlohmann::json settings;
   std::unique_ptr<models::LanguageModel> model;
 };
-LoadedRun load_run(const std::string& run_dir, const std::string& which = "best");
+LoadedRun load_run(const std::string& run_dir, const std::string& which = "best", Device device = Device::cpu());
 
 // Samples `max_new` tokens after `prompt` (temperature, top-k; deterministic for a seed).
 std::vector<std::int32_t> generate_tokens(models::LanguageModel& model, std::vector<std::int32_t> prompt,
