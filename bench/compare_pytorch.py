@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Training-step throughput of wedge and PyTorch side by side, in one run.
 
 A benchmark only: the engine never uses Python. It builds the same two models as wedge
@@ -13,9 +13,9 @@ keep freed memory so the big logits buffers are not page-faulted in again every 
 These variables must be set before the libraries load, so the script re-executes itself
 with them.
 
-    python3 bench/compare_pytorch.py                 # small config, both models
-    python3 bench/compare_pytorch.py --paper         # 6-layer paper config (slow)
-    python3 bench/compare_pytorch.py --seq-scaling   # 2 layers, d 128, batch 1, L 256..8192
+    /usr/bin/python3 bench/compare_pytorch.py                 # small config, both models
+    /usr/bin/python3 bench/compare_pytorch.py --paper         # 6-layer paper config (slow)
+    /usr/bin/python3 bench/compare_pytorch.py --seq-scaling   # 2 layers, d 128, batch 1, L 256..8192
 """
 import argparse
 import json

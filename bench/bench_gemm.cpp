@@ -1,0 +1,248 @@
+// wedge's packed GEMM against OpenBLAS on the shapes the paper models run, side by side
+// in one run, as GFLOP/s and % of this machine's measured fp32 FMA peak.
+//
+// Run it with OpenBLAS forced onto its AVX-512 kernels:
+//
+//   OPENBLAS_CORETYPE=SkylakeX build/bench/bench_gemm
+//
+// Debian's OpenBLAS 0.3.21 does not recognise recent Xeons (e.g. family 6 model 207) and
+// otherwise falls back to its SSE3 "Prescott" kernels, 4-5x slower: a comparison without
+// the variable set is against the wrong OpenBLAS. The program prints the core OpenBLAS
+// picked. Threads: WEDGE_NUM_THREADS (default: all cores) for both libraries.
+//
+// Shapes (M x N x K, row-major, "NT" = A as stored, B transposed):
+//   4096 x  1024 x  256   feed-forward up-projection (tokens x d_ff x d), and NN/TN
+//   4096 x   256 x 1024   feed-forward down-projection
+//   4096 x 30522 x  256   the vocabulary projection (logits)
+//    256 x   256 x 4096   a weight gradient over all tokens (TN)
+//    128 x   128 x   64   attention scores per head, batched over 128 heads (and P V)
+// After the benchmarks a table lists both libraries' GFLOP/s per shape and the ratio.
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/thread_pool.h"
+#include "kernels/cpu/cpu.h"
+
+using namespace wedge;
+using namespace wedge::kernels;
+
+namespace {
+
+// ---- measured peak: independent FMA chains on every thread ------------------------------
+
+__attribute__((target("avx512f,fma"))) double fma_loop_avx512(long iterations) {
+  // 16 independent accumulators cover FMA latency x 2 ports with room to spare.
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(0.001f * static_cast<float>(i));
+  const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
+  for (long it = 0; it < iterations; ++it) {
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(acc[i], x, y);
+  }
+  __m512 s = acc[0];
+  for (int i = 1; i < 16; ++i) s = _mm512_add_ps(s, acc[i]);
+  float out[16];
+  _mm512_storeu_ps(out, s);
+  return out[0];
+}
+
+__attribute__((target("avx2,fma"))) double fma_loop_avx2(long iterations) {
+  __m256 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(0.001f * static_cast<float>(i));
+  const __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
+  for (long it = 0; it < iterations; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], x, y);
+  }
+  float out[8];
+  __m256 s = acc[0];
+  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, acc[i]);
+  _mm256_storeu_ps(out, s);
+  return out[0];
+}
+
+// fp32 GFLOP/s of FMA on all pool threads at once (2 flops per lane per FMA).
+double measure_peak_gflops() {
+  const bool wide = std::string(cpu_isa_name()) == "avx512";
+  const long iterations = 20'000'000;
+  const double flops_per_iteration = wide ? 16 * 16 * 2 : 12 * 8 * 2;
+  double best = 0;
+  for (int trial = 0; trial < 5; ++trial) {
+    std::vector<double> sink(static_cast<std::size_t>(num_threads()));
+    const auto start = std::chrono::steady_clock::now();
+    parallel_team(0, [&](int tid, int) {
+      sink[static_cast<std::size_t>(tid)] =
+          wide ? fma_loop_avx512(iterations) : fma_loop_avx2(iterations);
+    });
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    benchmark::DoNotOptimize(sink.data());
+    best = std::max(best, num_threads() * iterations * flops_per_iteration / s / 1e9);
+  }
+  return best;
+}
+
+double g_peak_gflops = 0;
+
+// ---- the shapes ---------------------------------------------------------------------------
+
+struct Shape {
+  const char* label;
+  i64 m, n, k;
+  Trans ta, tb;
+  i64 batch;
+};
+
+const Shape kShapes[] = {
+    {"ffn_up NT", 4096, 1024, 256, Trans::N, Trans::T, 1},
+    {"ffn_up NN", 4096, 1024, 256, Trans::N, Trans::N, 1},
+    {"ffn_up TN", 4096, 1024, 256, Trans::T, Trans::N, 1},
+    {"ffn_down NT", 4096, 256, 1024, Trans::N, Trans::T, 1},
+    {"ffn_down NN", 4096, 256, 1024, Trans::N, Trans::N, 1},
+    {"logits NT", 4096, 30522, 256, Trans::N, Trans::T, 1},
+    {"logits NN", 4096, 30522, 256, Trans::N, Trans::N, 1},
+    {"wgrad TN", 256, 256, 4096, Trans::T, Trans::N, 1},
+    {"wgrad NT", 256, 256, 4096, Trans::N, Trans::T, 1},
+    {"attn QK^T x128", 128, 128, 64, Trans::N, Trans::T, 128},
+    {"attn PV x128", 128, 64, 128, Trans::N, Trans::N, 128},
+};
+
+// Operands live as long as the program: the logits shape alone needs 0.5 GB of C, which
+// would otherwise be page-faulted in again for every benchmark.
+struct Operands {
+  std::vector<float> a, b, c;
+};
+Operands& operands_for(const Shape& s) {
+  static std::map<std::string, Operands> cache;
+  const std::string key = std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
+                          std::to_string(s.k) + "b" + std::to_string(s.batch);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  if (cache.size() > 1) cache.clear();  // keep memory bounded: shapes are run in order
+  Operands& ops = cache[key];
+  std::mt19937 gen(42);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  ops.a.resize(static_cast<std::size_t>(s.batch * s.m * s.k));
+  ops.b.resize(static_cast<std::size_t>(s.batch * s.k * s.n));
+  ops.c.assign(static_cast<std::size_t>(s.batch * s.m * s.n), 0.0f);
+  for (float& x : ops.a) x = dist(gen);
+  for (float& x : ops.b) x = dist(gen);
+  return ops;
+}
+
+GemmArgs<float> args_for(const Shape& s, Operands& ops) {
+  GemmArgs<float> g;
+  g.trans_a = s.ta;
+  g.trans_b = s.tb;
+  g.m = s.m;
+  g.n = s.n;
+  g.k = s.k;
+  g.alpha = 1.0f;
+  g.beta = 0.0f;
+  g.a = ops.a.data();
+  g.lda = s.ta == Trans::N ? s.k : s.m;
+  g.stride_a = s.m * s.k;
+  g.b = ops.b.data();
+  g.ldb = s.tb == Trans::N ? s.n : s.k;
+  g.stride_b = s.k * s.n;
+  g.c = ops.c.data();
+  g.ldc = s.n;
+  g.stride_c = s.m * s.n;
+  g.batch = s.batch;
+  return g;
+}
+
+std::map<std::string, std::map<std::string, double>> g_results;  // shape -> library -> GFLOP/s
+
+void run_gemm(benchmark::State& state, const Shape& shape, bool openblas) {
+  Operands& ops = operands_for(shape);
+  const GemmArgs<float> g = args_for(shape, ops);
+  // OpenBLAS's threads keep spinning for a while after each call, and on a machine with
+  // few cores they would steal time from whatever runs next: let them go idle first.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  if (openblas)
+    sgemm_openblas(g);
+  else
+    sgemm_wedge(g);  // warm: buffers, threads, pages
+  for (auto _ : state) {
+    if (openblas)
+      sgemm_openblas(g);
+    else
+      sgemm_wedge(g);
+    benchmark::ClobberMemory();
+  }
+  const double flops = 2.0 * static_cast<double>(shape.m * shape.n * shape.k * shape.batch);
+  state.counters["GFLOPS"] =
+      benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(openblas ? "openblas" : "wedge") + " " +
+                 std::to_string(num_threads()) + "t");
+}
+
+// Adds "% peak" and remembers each rate for the closing side-by-side table.
+class PeakReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    std::vector<Run> copy = runs;
+    for (Run& run : copy) {
+      auto it = run.counters.find("GFLOPS");
+      if (it == run.counters.end() || run.error_occurred) continue;
+      const double rate = it->second.value;  // already divided by the time
+      run.counters["% peak"] = benchmark::Counter(100.0 * rate / g_peak_gflops);
+      const std::string name = run.benchmark_name();
+      const auto slash = name.find('/');
+      const std::string shape = name.substr(slash + 1, name.find('/', slash + 1) - slash - 1);
+      g_results[shape][name.substr(0, slash)] = rate;
+    }
+    ConsoleReporter::ReportRuns(copy);
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  std::printf("OpenBLAS core: %s (OPENBLAS_CORETYPE=%s)%s\n", openblas_get_corename(),
+              coretype ? coretype : "unset",
+              coretype ? "" : "  <-- set OPENBLAS_CORETYPE=SkylakeX for a fair comparison");
+  std::printf("wedge: %s, %d threads\n", cpu_backend_name(), num_threads());
+  g_peak_gflops = measure_peak_gflops();
+  std::printf("measured fp32 FMA peak: %.1f GFLOP/s on %d threads\n\n", g_peak_gflops,
+              num_threads());
+
+  for (const Shape& s : kShapes) {
+    const std::string shape = std::string(s.label) + " " + std::to_string(s.m) + "x" +
+                              std::to_string(s.n) + "x" + std::to_string(s.k);
+    for (bool openblas : {false, true}) {
+      benchmark::RegisterBenchmark(
+          (std::string(openblas ? "openblas/" : "wedge/") + shape).c_str(),
+          [s, openblas](benchmark::State& st) { run_gemm(st, s, openblas); })
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime()
+          ->MinTime(0.3);
+    }
+  }
+  PeakReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+
+  std::printf("\n%-34s %12s %12s %8s %9s\n", "shape (M x N x K)", "wedge GF/s", "openblas", "ratio",
+              "% peak");
+  for (const auto& [shape, libs] : g_results) {
+    const auto w = libs.find("wedge"), o = libs.find("openblas");
+    if (w == libs.end() || o == libs.end()) continue;
+    std::printf("%-34s %12.1f %12.1f %7.2fx %8.1f%%\n", shape.c_str(), w->second, o->second,
+                w->second / o->second, 100.0 * w->second / g_peak_gflops);
+  }
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,331 @@
+// The GEMM teaching ladder: from the textbook triple loop to wedge's packed AVX-512 GEMM,
+// one idea per step, each checked against the reference kernel and timed as GFLOP/s and
+// % of this machine's measured fp32 FMA peak.
+//
+//   build/bench/gemm_ladder [size]        (default 1024: C = A B, all size x size)
+//   OPENBLAS_CORETYPE=SkylakeX build/bench/gemm_ladder   (for a fair last line)
+//
+// The steps (read them in order):
+//   1. naive        C[i][j] = sum_p A[i][p] B[p][j]: B is walked down a column, one cache
+//                   line per multiply-add, and nothing is vectorised.
+//   2. loop order   i-p-j: the inner loop runs along rows of B and C, unit stride, so the
+//                   compiler vectorises it. Every A element is used n times from a register.
+//   3. blocked      the same loops over tiles sized for the caches, so a tile of B is
+//                   reused from L2 by many rows of A instead of coming from memory each time.
+//   4. packed       A and B tiles copied into contiguous k-major panels (the BLIS layout),
+//                   and a portable micro-kernel that keeps an mr x nr tile of C in a local
+//                   array. The compiler vectorises it but cannot keep 28 vectors in registers.
+//   5. avx512       wedge's micro-kernel: the 14 x 32 tile held in 28 zmm registers, one
+//                   broadcast + two FMAs per row per step of k (kernels/cpu/gemm_avx512.cpp),
+//                   driven by the real packing/blocking code, on one thread.
+//   6. threads      the same on all pool threads (threads split C's columns, share packed A).
+//   7. openblas     cblas_sgemm on the same threads, for reference.
+// Steps 1-4 are compiled for AVX-512 when the CPU has it (AVX2 otherwise) and at -O3 (at
+// the project's -O2, GCC 12 vectorises no loop whose trip count it does not know), so the
+// gaps between steps come from the ideas, not from the instruction set or the flags.
+#include <cblas.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/thread_pool.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/kernels.h"
+
+using namespace wedge;
+using namespace wedge::kernels;
+
+namespace {
+
+// ---- steps 1-4: plain C++ --------------------------------------------------------------------
+// Each body is an always-inline template instantiated twice: in a function compiled for
+// AVX-512 and in one compiled for AVX2, picked by the CPU at run time.
+
+#define LADDER_INLINE [[gnu::always_inline]] inline
+
+LADDER_INLINE void naive_body(int n, const float* a, const float* b, float* c) {
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) {
+      float sum = 0;
+      for (int p = 0; p < n; ++p) sum += a[i * n + p] * b[p * n + j];
+      c[i * n + j] = sum;
+    }
+  }
+}
+
+// __restrict: C never overlaps A or B. Without it the compiler must assume a store to
+// c_row[j] may change b_row, and at -O2 it then leaves the loop scalar.
+LADDER_INLINE void loop_order_body(int n, const float* __restrict a, const float* __restrict b,
+                                   float* __restrict c) {
+  for (int i = 0; i < n; ++i) {
+    float* c_row = c + i * n;
+    for (int j = 0; j < n; ++j) c_row[j] = 0;
+    for (int p = 0; p < n; ++p) {
+      const float a_ip = a[i * n + p];
+      const float* b_row = b + p * n;
+      for (int j = 0; j < n; ++j) c_row[j] += a_ip * b_row[j];
+    }
+  }
+}
+
+LADDER_INLINE void blocked_body(int n, const float* __restrict a, const float* __restrict b,
+                                float* __restrict c) {
+  constexpr int kMc = 64, kKc = 256, kNc = 512;  // B tile 256 x 512 floats = 512 KB, in L2
+  for (int i = 0; i < n * n; ++i) c[i] = 0;
+  for (int jc = 0; jc < n; jc += kNc) {
+    const int j_end = std::min(n, jc + kNc);
+    for (int pc = 0; pc < n; pc += kKc) {
+      const int p_end = std::min(n, pc + kKc);
+      for (int ic = 0; ic < n; ic += kMc) {
+        const int i_end = std::min(n, ic + kMc);
+        for (int i = ic; i < i_end; ++i) {
+          float* c_row = c + i * n;
+          for (int p = pc; p < p_end; ++p) {
+            const float a_ip = a[i * n + p];
+            const float* b_row = b + p * n;
+            for (int j = jc; j < j_end; ++j) c_row[j] += a_ip * b_row[j];
+          }
+        }
+      }
+    }
+  }
+}
+
+constexpr int kMr = 14, kNr = 32;
+
+// The portable micro-kernel of step 4: the same tile shape as wedge's AVX-512 kernel.
+LADDER_INLINE void portable_microkernel(int kc, const float* __restrict ap,
+                                        const float* __restrict bp, float* __restrict c, int ldc,
+                                        int m_valid, int n_valid, bool accumulate) {
+  float acc[kMr][kNr] = {};
+  for (int p = 0; p < kc; ++p) {
+    for (int i = 0; i < kMr; ++i) {
+      const float a = ap[p * kMr + i];
+      for (int j = 0; j < kNr; ++j) acc[i][j] += a * bp[p * kNr + j];
+    }
+  }
+  for (int i = 0; i < m_valid; ++i) {
+    for (int j = 0; j < n_valid; ++j) {
+      c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[i][j] : acc[i][j];
+    }
+  }
+}
+
+LADDER_INLINE void packed_body(int n, const float* a, const float* b, float* c) {
+  constexpr int kMc = 14 * 16, kKc = 256, kNc = 32 * 16;
+  static std::vector<float> a_pack, b_pack;
+  a_pack.resize(kMc * kKc);
+  b_pack.resize(kNc * kKc);
+  for (int jc = 0; jc < n; jc += kNc) {
+    const int nc = std::min(kNc, n - jc);
+    for (int pc = 0; pc < n; pc += kKc) {
+      const int kc = std::min(kKc, n - pc);
+      // B panels: kc x 32 columns, k-major, zero-padded past the edge.
+      for (int jr = 0; jr < nc; jr += kNr) {
+        float* panel = b_pack.data() + jr * kc;
+        for (int p = 0; p < kc; ++p) {
+          for (int j = 0; j < kNr; ++j) {
+            panel[p * kNr + j] = jr + j < nc ? b[(pc + p) * n + jc + jr + j] : 0.0f;
+          }
+        }
+      }
+      for (int ic = 0; ic < n; ic += kMc) {
+        const int mc = std::min(kMc, n - ic);
+        // A panels: 14 rows x kc, k-major (a transpose of the row-major slice).
+        for (int ir = 0; ir < mc; ir += kMr) {
+          float* panel = a_pack.data() + ir * kc;
+          for (int p = 0; p < kc; ++p) {
+            for (int i = 0; i < kMr; ++i) {
+              panel[p * kMr + i] = ir + i < mc ? a[(ic + ir + i) * n + pc + p] : 0.0f;
+            }
+          }
+        }
+        for (int ir = 0; ir < mc; ir += kMr) {
+          for (int jr = 0; jr < nc; jr += kNr) {
+            portable_microkernel(kc, a_pack.data() + ir * kc, b_pack.data() + jr * kc,
+                                 c + (ic + ir) * n + jc + jr, n, std::min(kMr, mc - ir),
+                                 std::min(kNr, nc - jr), pc > 0);
+          }
+        }
+      }
+    }
+  }
+}
+
+#define LADDER_STEP(name)                                                                          \
+  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma"),                            \
+                 optimize("O3"))) void name##_avx512(int n, const float* a, const float* b,        \
+                                                     float* c) {                                   \
+    name##_body(n, a, b, c);                                                                       \
+  }                                                                                                \
+  __attribute__((target("avx2,fma"), optimize("O3"))) void name##_avx2(int n, const float* a,      \
+                                                                       const float* b, float* c) { \
+    name##_body(n, a, b, c);                                                                       \
+  }
+LADDER_STEP(naive)
+LADDER_STEP(loop_order)
+LADDER_STEP(blocked)
+LADDER_STEP(packed)
+
+// ---- measured peak -------------------------------------------------------------------------
+
+__attribute__((target("avx512f,fma"))) float fma_loop_avx512(long iterations) {
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(0.001f * static_cast<float>(i));
+  const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
+  for (long it = 0; it < iterations; ++it) {
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(acc[i], x, y);
+  }
+  float out[16];
+  __m512 s = acc[0];
+  for (int i = 1; i < 16; ++i) s = _mm512_add_ps(s, acc[i]);
+  _mm512_storeu_ps(out, s);
+  return out[0];
+}
+
+__attribute__((target("avx2,fma"))) float fma_loop_avx2(long iterations) {
+  __m256 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(0.001f * static_cast<float>(i));
+  const __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
+  for (long it = 0; it < iterations; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], x, y);
+  }
+  float out[8];
+  __m256 s = acc[0];
+  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, acc[i]);
+  _mm256_storeu_ps(out, s);
+  return out[0];
+}
+
+// GFLOP/s of independent FMAs on `threads` pool threads at once.
+double measure_peak(bool avx512, int threads) {
+  const long iterations = 20'000'000;
+  const double flops = avx512 ? 16.0 * 16 * 2 : 12.0 * 8 * 2;
+  double best = 0;
+  for (int trial = 0; trial < 5; ++trial) {
+    std::vector<float> sink(static_cast<std::size_t>(threads));
+    const auto start = std::chrono::steady_clock::now();
+    parallel_team(threads, [&](int tid, int) {
+      sink[static_cast<std::size_t>(tid)] =
+          avx512 ? fma_loop_avx512(iterations) : fma_loop_avx2(iterations);
+    });
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::max(best, threads * iterations * flops / s / 1e9);
+  }
+  return best;
+}
+
+// Runs `step` until at least 0.3 s have passed (at least twice, the first as warm-up) and
+// returns the best time of one run.
+double best_seconds(const std::function<void()>& step) {
+  double best = 1e30, total = 0;
+  for (int run = 0; run < 2 || total < 0.3; ++run) {
+    const auto start = std::chrono::steady_clock::now();
+    step();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (run > 0 || s > 1.0) best = std::min(best, s);  // a slow first run is not repeated
+    total += s;
+    if (s > 1.0 && run > 0) break;
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int n = argc > 1 ? std::atoi(argv[1]) : 1024;
+  if (n <= 0) {
+    std::fprintf(stderr, "usage: gemm_ladder [size > 0]\n");
+    return 1;
+  }
+  const bool avx512 = std::string(cpu_isa_name()) == "avx512";
+  const bool avx2 = avx512 || std::string(cpu_isa_name()) == "avx2";
+  if (!avx2) {
+    std::fprintf(stderr, "gemm_ladder needs a CPU with AVX2 and FMA\n");
+    return 1;
+  }
+  const int threads = num_threads();
+  const double peak1 = measure_peak(avx512, 1), peak_all = measure_peak(avx512, threads);
+  std::printf("C = A B, %d x %d x %d, fp32.  %s.  OpenBLAS core: %s\n", n, n, n, cpu_backend_name(),
+              openblas_get_corename());
+  std::printf("measured fp32 FMA peak: %.1f GFLOP/s on 1 thread, %.1f on %d threads\n\n", peak1,
+              peak_all, threads);
+
+  std::mt19937 gen(1);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const std::size_t elems = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
+  std::vector<float> a(elems), b(elems), want(elems), c(elems);
+  for (float& x : a) x = dist(gen);
+  for (float& x : b) x = dist(gen);
+
+  GemmArgs<float> g;
+  g.m = g.n = g.k = n;
+  g.a = a.data();
+  g.lda = n;
+  g.b = b.data();
+  g.ldb = n;
+  g.c = want.data();
+  g.ldc = n;
+  ref_table_f32().gemm(g);  // the oracle (double accumulation)
+  g.c = c.data();
+
+  struct Step {
+    const char* name;
+    int threads;
+    std::function<void()> run;
+  };
+  auto plain = [&](void (*f512)(int, const float*, const float*, float*),
+                   void (*f2)(int, const float*, const float*, float*)) {
+    return [=, &a, &b, &c] { (avx512 ? f512 : f2)(n, a.data(), b.data(), c.data()); };
+  };
+  const cpu::SgemmMicroKernel& mk =
+      avx512 ? cpu::sgemm_avx512_microkernel() : cpu::sgemm_avx2_microkernel();
+  const cpu::GemmBlocking blocking = cpu::default_blocking(mk);
+  const std::vector<Step> steps = {
+      {"1 naive (i-j-p)", 1, plain(naive_avx512, naive_avx2)},
+      {"2 loop order (i-p-j)", 1, plain(loop_order_avx512, loop_order_avx2)},
+      {"3 cache-blocked", 1, plain(blocked_avx512, blocked_avx2)},
+      {"4 packed panels", 1, plain(packed_avx512, packed_avx2)},
+      {avx512 ? "5 avx512 micro-kernel" : "5 avx2 micro-kernel", 1,
+       [&] { cpu::sgemm_packed(mk, blocking, g, 1); }},
+      {"6 + all threads", threads, [&] { cpu::sgemm_packed(mk, blocking, g, threads); }},
+      {"7 openblas", threads, [&] { sgemm_openblas(g); }},
+  };
+
+  std::printf("%-24s %8s %10s %10s %8s %12s\n", "step", "threads", "time ms", "GFLOP/s", "% peak",
+              "max rel err");
+  const double flops = 2.0 * n * static_cast<double>(n) * n;
+  for (const Step& step : steps) {
+    if (std::string(step.name).find("naive") != std::string::npos && n > 1024) {
+      std::printf("%-24s   (skipped above 1024: minutes)\n", step.name);
+      continue;
+    }
+    std::fill(c.begin(), c.end(), std::nanf(""));
+    const double s = best_seconds(step.run);
+    double err = 0;  // relative to the largest reference element
+    double scale = 0;
+    for (std::size_t i = 0; i < elems; ++i) scale = std::max(scale, double(std::fabs(want[i])));
+    for (std::size_t i = 0; i < elems; ++i) {
+      const double d = std::fabs(double(c[i]) - double(want[i]));
+      err = std::max(err, std::isnan(d) ? INFINITY : d / scale);
+    }
+    const double gflops = flops / s / 1e9;
+    const double peak = step.threads == 1 ? peak1 : peak_all;
+    std::printf("%-24s %8d %10.2f %10.1f %7.1f%% %12.2e%s\n", step.name, step.threads, s * 1e3,
+                gflops, 100 * gflops / peak, err, err < 1e-5 ? "" : "  <-- WRONG");
+  }
+  return 0;
+}

@@ -1,0 +1,196 @@
+// AVX-512 broadcasting binary maps, axis sums and dropout (declared in elementwise.h),
+// threaded, and equal to the reference kernels bit for bit:
+//   - binary: +, -, *, / of two floats rounded once is what the reference's double
+//     arithmetic rounds to as well; max/min follow its NaN rule (a NaN operand gives NaN);
+//     pow keeps the reference loop (libm).
+//   - sums over the middle axis accumulate in double in increasing index order, like the
+//     reference, vectorised across the inner axis (never across the summed one).
+//   - dropout draws the same Philox-4x32-10 numbers as engine/philox.h, 16 counters at a
+//     time, and scales in double as the reference does.
+#include <algorithm>
+#include <cstring>
+
+#include "engine/philox.h"
+#include "engine/thread_pool.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/simd_avx512.h"
+
+namespace wedge::kernels::cpu::avx512 {
+namespace {
+
+// ---- binary ---------------------------------------------------------------------------------
+
+inline __m512 binary_op(BinaryOp op, __m512 a, __m512 b) {
+  switch (op) {
+    case BinaryOp::Add:
+      return _mm512_add_ps(a, b);
+    case BinaryOp::Sub:
+      return _mm512_sub_ps(a, b);
+    case BinaryOp::Mul:
+      return _mm512_mul_ps(a, b);
+    case BinaryOp::Div:
+      return _mm512_div_ps(a, b);
+    case BinaryOp::Max:
+    case BinaryOp::Min: {
+      // vmaxps(a, b) is a > b ? a : b (b when equal, as the reference); a NaN operand
+      // must give NaN, which vmaxps would not.
+      __m512 r = op == BinaryOp::Max ? _mm512_max_ps(a, b) : _mm512_min_ps(a, b);
+      const __mmask16 nan = _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q);
+      return _mm512_mask_add_ps(r, nan, a, b);
+    }
+    default:
+      return a;  // Pow: not vectorised (see binary())
+  }
+}
+
+// out[0, n) = a[i * sa] (op) b[i * sb] with sa, sb in {0, 1}.
+void binary_row(BinaryOp op, const float* a, i64 sa, const float* b, i64 sb, float* out, i64 n) {
+  const __m512 a_scalar = _mm512_set1_ps(*a), b_scalar = _mm512_set1_ps(*b);
+  for (i64 i = 0; i < n; i += 16) {
+    const __mmask16 mask = first_lanes(n - i);
+    const __m512 av = sa ? _mm512_maskz_loadu_ps(mask, a + i) : a_scalar;
+    const __m512 bv = sb ? _mm512_maskz_loadu_ps(mask, b + i) : b_scalar;
+    _mm512_mask_storeu_ps(out + i, mask, binary_op(op, av, bv));
+  }
+}
+
+// ---- dropout: Philox-4x32-10 on 16 counters ---------------------------------------------------
+
+// (hi, lo) 32-bit halves of the 64-bit products a * m, lane by lane.
+inline void mulhilo(__m512i a, std::uint32_t m, __m512i& hi, __m512i& lo) {
+  const __m512i vm = _mm512_set1_epi32(static_cast<int>(m));
+  lo = _mm512_mullo_epi32(a, vm);
+  const __m512i even = _mm512_mul_epu32(a, vm);                        // lanes 0, 2, ...
+  const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), vm);  // lanes 1, 3, ...
+  hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
+}
+
+// philox_uniform(seed, first + lane) for the 16 lanes.
+inline __m512 philox_uniform16(std::uint64_t seed, std::uint64_t first) {
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i base_lo = _mm512_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(first)));
+  __m512i c0 = _mm512_add_epi32(base_lo, lane);
+  // The low word wraps past 2^32 within the 16 lanes: carry into the high word there.
+  const __mmask16 carry = _mm512_cmplt_epu32_mask(c0, base_lo);
+  __m512i c1 =
+      _mm512_mask_add_epi32(_mm512_set1_epi32(static_cast<int>(first >> 32)), carry,
+                            _mm512_set1_epi32(static_cast<int>(first >> 32)), _mm512_set1_epi32(1));
+  __m512i c2 = _mm512_setzero_si512(), c3 = _mm512_setzero_si512();
+  std::uint32_t k0 = static_cast<std::uint32_t>(seed), k1 = static_cast<std::uint32_t>(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    __m512i hi0, lo0, hi1, lo1;
+    mulhilo(c0, 0xD2511F53u, hi0, lo0);
+    mulhilo(c2, 0xCD9E8D57u, hi1, lo1);
+    const __m512i n0 =
+        _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32(static_cast<int>(k0)));
+    const __m512i n2 =
+        _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32(static_cast<int>(k1)));
+    c0 = n0;
+    c1 = lo1;
+    c2 = n2;
+    c3 = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  const __m512 bits24 = _mm512_cvtepi32_ps(_mm512_srli_epi32(c0, 8));
+  return _mm512_mul_ps(bits24, _mm512_set1_ps(1.0f / 16777216.0f));
+}
+
+}  // namespace
+
+void binary(BinaryOp op, const BroadcastLayout& layout, const float* a, const float* b,
+            float* out) {
+  const int nd = layout.ndim;
+  const i64 inner = nd > 0 ? layout.shape[nd - 1] : 1;
+  const i64 sa = nd > 0 ? layout.stride_a[nd - 1] : 0, sb = nd > 0 ? layout.stride_b[nd - 1] : 0;
+  if (op == BinaryOp::Pow || sa > 1 || sb > 1 || sa < 0 || sb < 0) {
+    ref_table_f32().binary(op, layout, a, b, out);
+    return;
+  }
+  i64 rows = 1;
+  for (int d = 0; d + 1 < nd; ++d) rows *= layout.shape[d];
+  if (rows * inner == 0) return;
+  // Rows of the last axis; each row's operand offsets from its multi-index.
+  parallel_for(0, rows, std::max<i64>(1, 8192 / std::max<i64>(inner, 1)), [&](i64 r0, i64 r1) {
+    for (i64 r = r0; r < r1; ++r) {
+      i64 rest = r, off_a = 0, off_b = 0;
+      for (int d = nd - 2; d >= 0; --d) {
+        const i64 index = rest % layout.shape[d];
+        rest /= layout.shape[d];
+        off_a += index * layout.stride_a[d];
+        off_b += index * layout.stride_b[d];
+      }
+      binary_row(op, a + off_a, sa, b + off_b, sb, out + r * inner, inner);
+    }
+  });
+}
+
+void reduce(ReduceOp op, const float* x, float* y, std::int32_t* idx, i64 outer, i64 n, i64 inner) {
+  if (op != ReduceOp::Sum) {
+    ref_table_f32().reduce(op, x, y, idx, outer, n, inner);
+    return;
+  }
+  if (inner == 1) {
+    // Summing along contiguous memory: a vector sum would change the order; the rows
+    // are still independent.
+    parallel_for(0, outer, 16, [&](i64 o0, i64 o1) {
+      for (i64 o = o0; o < o1; ++o) {
+        double sum = 0;
+        for (i64 i = 0; i < n; ++i) sum += x[o * n + i];
+        y[o] = static_cast<float>(sum);
+      }
+    });
+    return;
+  }
+  // 16 inner columns per task, each summed in double over i in increasing order.
+  const i64 groups = (inner + 15) / 16;
+  parallel_for(0, outer * groups, 1, [&](i64 t0, i64 t1) {
+    for (i64 t = t0; t < t1; ++t) {
+      const i64 o = t / groups, j = (t % groups) * 16;
+      const __mmask16 mask = first_lanes(inner - j);
+      __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+      const float* col = x + o * n * inner + j;
+      for (i64 i = 0; i < n; ++i) {
+        const __m512 v = _mm512_maskz_loadu_ps(mask, col + i * inner);
+        lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+        hi = _mm512_add_pd(
+            hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+      }
+      const __m512 sums =
+          _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1);
+      _mm512_mask_storeu_ps(y + o * inner + j, mask, sums);
+    }
+  });
+}
+
+void dropout_forward(const float* x, float* y, i64 n, float p, std::uint64_t seed,
+                     std::uint64_t offset) {
+  // 1 / (1 - p) in double, as the reference; p == 1 keeps nothing (scale unused).
+  const double scale = p < 1.0f ? 1.0 / (1.0 - double(p)) : 0.0;
+  const __m512d vscale = _mm512_set1_pd(scale);
+  const __m512 vp = _mm512_set1_ps(p);
+  parallel_for(0, n, 1 << 13, [&](i64 i0, i64 i1) {
+    for (i64 i = i0; i < i1; i += 16) {
+      const __mmask16 mask = first_lanes(i1 - i);
+      const __m512 u = philox_uniform16(seed, offset + static_cast<std::uint64_t>(i));
+      const __mmask16 keep = _mm512_cmp_ps_mask(u, vp, _CMP_GE_OQ) & mask;
+      const __m512 xv = _mm512_maskz_loadu_ps(mask, x + i);
+      const __m256 lo =
+          _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(xv)), vscale));
+      const __m256 hi = _mm512_cvtpd_ps(_mm512_mul_pd(
+          _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(xv), 1))),
+          vscale));
+      const __m512 scaled = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+      _mm512_mask_storeu_ps(y + i, mask, _mm512_maskz_mov_ps(keep, scaled));
+    }
+  });
+}
+
+void dropout_backward(const float* gy, float* gx, i64 n, float p, std::uint64_t seed,
+                      std::uint64_t offset) {
+  // Linear in its input with the same mask: the same map applied to gy.
+  dropout_forward(gy, gx, n, p, seed, offset);
+}
+
+}  // namespace wedge::kernels::cpu::avx512

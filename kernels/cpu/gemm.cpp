@@ -1,0 +1,396 @@
+// The packed GEMM driver (BLIS-style), independent of the instruction set.
+//
+// For one matrix C = alpha op(A) op(B) + beta C the loops are, outermost first:
+//
+//   for each block of mc rows of A            (the packed A block lives in L3)
+//     for each slice of kc along k            (beta applies on the first slice only)
+//       pack A[rows, slice] into mr-row panels        -- shared by all threads
+//       for each block of nc columns of B (this thread's share of the columns)
+//         pack B[slice, cols] into nr-column panels   -- this thread's L2
+//         for each A panel (mr rows)                  -- stays in L1
+//           for each B panel (nr columns)             -- streams from L2
+//             micro-kernel: one mr x nr tile of C, kc deep
+//
+// How the threads share the work depends on the shape (all static, no work stealing):
+//   split columns  threads own column ranges and share the packed A block (packed
+//                  cooperatively, one barrier per slice, double-buffered);
+//   split rows     many rows: threads own row ranges and each packs all of B (a small
+//                  duplicate cost, no barriers). When all columns fit one B block, each
+//                  A panel is packed right before use into an L1 buffer (streaming);
+//   split k        small C, long k (weight gradients): threads own k ranges and the
+//                  partial products are added in thread order at the end;
+//   whole matrices a batch of small products is spread over the threads.
+//
+// Except for split k, every element of C is produced by the same sequence of FMAs (same
+// kc slices, same micro-kernel) whatever the partition, so results are bit-identical
+// across runs and across thread counts. Split k is bit-identical across runs with the
+// same thread count.
+#include "kernels/cpu/gemm.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "engine/thread_pool.h"
+
+namespace wedge::kernels::cpu {
+namespace {
+
+i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
+
+// A growable 64-byte-aligned scratch buffer, one per thread and purpose, kept for the
+// life of the thread so GEMM calls never allocate in steady state.
+class ScratchBuffer {
+ public:
+  ~ScratchBuffer() { std::free(data_); }
+  float* get(std::size_t floats) {
+    if (floats > capacity_) {
+      std::free(data_);
+      const std::size_t bytes = (floats * sizeof(float) + 4095) & ~std::size_t{4095};
+      data_ = static_cast<float*>(std::aligned_alloc(4096, bytes));
+      if (!data_) throw std::bad_alloc();
+      capacity_ = bytes / sizeof(float);
+    }
+    return data_;
+  }
+
+ private:
+  float* data_ = nullptr;
+  std::size_t capacity_ = 0;
+};
+
+thread_local ScratchBuffer t_a_block[2];  // shared A block (double-buffered) or private A
+thread_local ScratchBuffer t_b_block;     // this thread's packed B block
+
+// One matrix of the batch, with op() already resolved into strides.
+struct MatrixProblem {
+  i64 m, n, k;
+  float alpha, beta;
+  const float* a;
+  i64 a_row_stride, a_col_stride;  // element (i, p) of op(A)
+  const float* b;
+  i64 b_row_stride, b_col_stride;  // element (p, j) of op(B)
+  float* c;
+  i64 ldc;
+};
+
+MatrixProblem matrix_of_batch(const GemmArgs<float>& g, i64 index) {
+  MatrixProblem p;
+  p.m = g.m;
+  p.n = g.n;
+  p.k = g.k;
+  p.alpha = g.alpha;
+  p.beta = g.beta;
+  p.a = g.a + index * g.stride_a;
+  p.b = g.b + index * g.stride_b;
+  p.c = g.c + index * g.stride_c;
+  p.ldc = g.ldc;
+  if (g.trans_a == Trans::N) {
+    p.a_row_stride = g.lda;
+    p.a_col_stride = 1;
+  } else {
+    p.a_row_stride = 1;
+    p.a_col_stride = g.lda;
+  }
+  if (g.trans_b == Trans::N) {
+    p.b_row_stride = g.ldb;
+    p.b_col_stride = 1;
+  } else {
+    p.b_row_stride = 1;
+    p.b_col_stride = g.ldb;
+  }
+  return p;
+}
+
+// C = beta * C over an m x n block (the whole product when k == 0 or alpha == 0).
+void scale_c(float* c, i64 ldc, i64 m, i64 n, float beta) {
+  for (i64 i = 0; i < m; ++i) {
+    float* row = c + i * ldc;
+    if (beta == 0.0f)
+      std::memset(row, 0, static_cast<std::size_t>(n) * sizeof(float));
+    else if (beta != 1.0f)
+      for (i64 j = 0; j < n; ++j) row[j] *= beta;
+  }
+}
+
+// The depth of the next k slice to prefetch while packing `lines` rows (of A) or columns
+// (of B): all of it when it fits comfortably in L2 beside the packed blocks, else none
+// (prefetching megabytes would only evict the blocks in use).
+i64 worth_prefetching(i64 lines, i64 next_kc) {
+  constexpr i64 kMaxPrefetchBytes = 256 * 1024;
+  return next_kc > 0 && lines * next_kc * i64{sizeof(float)} <= kMaxPrefetchBytes ? next_kc : 0;
+}
+
+// Packs A panels [first, last) of the block starting at row `row0`, slice `p0`..p0+kc.
+void pack_a_panels(const SgemmMicroKernel& mk, const GemmBlocking& blk, const MatrixProblem& pr,
+                   i64 row0, i64 rows, i64 p0, i64 kc, i64 first, i64 last, float* block) {
+  if (first >= last) return;
+  const i64 next_kc = worth_prefetching((last - first) * mk.mr, std::min(blk.kc, pr.k - p0 - kc));
+  const i64 r = first * mk.mr;
+  mk.pack_a(pr.a + (row0 + r) * pr.a_row_stride + p0 * pr.a_col_stride, pr.a_row_stride,
+            pr.a_col_stride, std::min(rows, last * mk.mr) - r, kc, next_kc,
+            block + first * mk.mr * kc);
+}
+
+// The inner three loops: every tile of a packed A block [a_first, a_last) panels times
+// columns [col0, col1) of C, packing B block by block.
+void compute_block(const SgemmMicroKernel& mk, const GemmBlocking& blk, const MatrixProblem& pr,
+                   const float* a_block, i64 row0, i64 rows, i64 a_first, i64 a_last, i64 p0,
+                   i64 kc, i64 col0, i64 col1, float beta) {
+  const i64 b_floats = ceil_div(std::min(blk.nc, col1 - col0), mk.nr) * mk.nr * kc;
+  // Prefetch the next k slice only when this B block is the last one before it (the same
+  // columns come back right after; with several B blocks the data would be evicted first).
+  const i64 next_kc =
+      col1 - col0 <= blk.nc ? worth_prefetching(col1 - col0, std::min(blk.kc, pr.k - p0 - kc)) : 0;
+  float* b_block = t_b_block.get(static_cast<std::size_t>(b_floats));
+  for (i64 jc = col0; jc < col1; jc += blk.nc) {
+    const i64 nc = std::min(blk.nc, col1 - jc);
+    const i64 b_panels = ceil_div(nc, mk.nr);
+    mk.pack_b(pr.b + p0 * pr.b_row_stride + jc * pr.b_col_stride, pr.b_row_stride, pr.b_col_stride,
+              kc, next_kc, nc, b_block);
+    for (i64 ap = a_first; ap < a_last; ++ap) {
+      const i64 i = ap * mk.mr;
+      const int m_valid = static_cast<int>(std::min<i64>(mk.mr, rows - i));
+      const float* a_panel = a_block + ap * mk.mr * kc;
+      float* c_row = pr.c + (row0 + i) * pr.ldc;
+      for (i64 bpanel = 0; bpanel < b_panels; ++bpanel) {
+        const i64 j = jc + bpanel * mk.nr;
+        const int n_valid = static_cast<int>(std::min<i64>(mk.nr, col1 - j));
+        mk.kernel(kc, a_panel, b_block + bpanel * mk.nr * kc, c_row + j, pr.ldc, m_valid, n_valid,
+                  pr.alpha, beta);
+      }
+    }
+  }
+}
+
+// Asks for the source of one A panel (rows [row, row + mr) of op(A), k slice [p0, p0 + kc))
+// to be brought into L2, in `parts` portions: portion `part` now. One cache line per 16
+// floats along the contiguous direction.
+void prefetch_a_panel(const SgemmMicroKernel& mk, const MatrixProblem& pr, i64 row, i64 rows_left,
+                      i64 p0, i64 kc, i64 part, i64 parts) {
+  const i64 rows = std::min<i64>(mk.mr, rows_left);
+  if (rows <= 0) return;
+  const bool k_contiguous = pr.a_col_stride == 1;
+  const i64 along = k_contiguous ? ceil_div(kc, 16) : kc;  // lines per source row
+  const i64 lines = k_contiguous ? rows * along : along * ceil_div(rows, 16);
+  const i64 begin = lines * part / parts, end = lines * (part + 1) / parts;
+  for (i64 line = begin; line < end; ++line) {
+    const i64 outer = line / along, inner = line % along;
+    const float* address = k_contiguous ? pr.a + (row + outer) * pr.a_row_stride + p0 + 16 * inner
+                                        : pr.a + (p0 + inner) * pr.a_col_stride + row + 16 * outer;
+    __builtin_prefetch(address, 0, 2);
+  }
+}
+
+// One thread's rows when all of C's columns fit one B block: B is packed once per k
+// slice, and each A panel is packed just before the row of tiles that uses it, into a
+// buffer that stays in L1, while the source of the next panel is prefetched a little
+// before each tile. Packed A then never travels to L2 and back, and reading A from memory
+// overlaps the arithmetic.
+void matrix_rows_streaming(const SgemmMicroKernel& mk, const GemmBlocking& blk,
+                           const MatrixProblem& pr, i64 row0, i64 rows) {
+  const i64 a_panels = ceil_div(rows, mk.mr);
+  const i64 b_panels = ceil_div(pr.n, mk.nr);
+  for (i64 p0 = 0; p0 < pr.k; p0 += blk.kc) {
+    const i64 kc = std::min(blk.kc, pr.k - p0);
+    const float beta = p0 == 0 ? pr.beta : 1.0f;
+    float* b_block = t_b_block.get(static_cast<std::size_t>(b_panels * mk.nr * kc));
+    mk.pack_b(pr.b + p0 * pr.b_row_stride, pr.b_row_stride, pr.b_col_stride, kc, 0, pr.n, b_block);
+    float* a_panel = t_a_block[0].get(static_cast<std::size_t>(mk.mr * kc));
+    for (i64 ap = 0; ap < a_panels; ++ap) {
+      const i64 i = ap * mk.mr;
+      const int m_valid = static_cast<int>(std::min<i64>(mk.mr, rows - i));
+      mk.pack_a(pr.a + (row0 + i) * pr.a_row_stride + p0 * pr.a_col_stride, pr.a_row_stride,
+                pr.a_col_stride, m_valid, kc, 0, a_panel);
+      float* c_row = pr.c + (row0 + i) * pr.ldc;
+      for (i64 bp = 0; bp < b_panels; ++bp) {
+        prefetch_a_panel(mk, pr, row0 + i + mk.mr, rows - i - mk.mr, p0, kc, bp, b_panels);
+        const i64 j = bp * mk.nr;
+        mk.kernel(kc, a_panel, b_block + bp * mk.nr * kc, c_row + j, pr.ldc, m_valid,
+                  static_cast<int>(std::min<i64>(mk.nr, pr.n - j)), pr.alpha, beta);
+      }
+    }
+  }
+}
+
+// Threads own disjoint row ranges (whole A panels); each packs its own A and all of B.
+void matrix_split_rows(const SgemmMicroKernel& mk, const GemmBlocking& blk, const MatrixProblem& pr,
+                       int tid, int team) {
+  const i64 panels = ceil_div(pr.m, mk.mr);
+  const i64 first = panels * tid / team, last = panels * (tid + 1) / team;
+  if (first == last) return;
+  const i64 my_row0 = first * mk.mr;
+  const i64 my_rows = std::min(pr.m, last * mk.mr) - my_row0;
+  if (pr.n <= blk.nc) {
+    matrix_rows_streaming(mk, blk, pr, my_row0, my_rows);
+    return;
+  }
+  for (i64 ic = 0; ic < my_rows; ic += blk.mc) {
+    const i64 mc = std::min(blk.mc, my_rows - ic);
+    const i64 a_panels = ceil_div(mc, mk.mr);
+    for (i64 p0 = 0; p0 < pr.k; p0 += blk.kc) {
+      const i64 kc = std::min(blk.kc, pr.k - p0);
+      float* a_block = t_a_block[0].get(static_cast<std::size_t>(a_panels * mk.mr * kc));
+      pack_a_panels(mk, blk, pr, my_row0 + ic, mc, p0, kc, 0, a_panels, a_block);
+      compute_block(mk, blk, pr, a_block, my_row0 + ic, mc, 0, a_panels, p0, kc, 0, pr.n,
+                    p0 == 0 ? pr.beta : 1.0f);
+    }
+  }
+}
+
+// Threads own disjoint column ranges (whole B panels) and share each packed A block.
+void matrix_split_cols(const SgemmMicroKernel& mk, const GemmBlocking& blk, const MatrixProblem& pr,
+                       float* const shared_a[2], Barrier& barrier, int tid, int team) {
+  const i64 b_panels = ceil_div(pr.n, mk.nr);
+  const i64 col0 = std::min(pr.n, b_panels * tid / team * mk.nr);
+  const i64 col1 = std::min(pr.n, b_panels * (tid + 1) / team * mk.nr);
+  int step = 0;
+  for (i64 ic = 0; ic < pr.m; ic += blk.mc) {
+    const i64 mc = std::min(blk.mc, pr.m - ic);
+    const i64 a_panels = ceil_div(mc, mk.mr);
+    for (i64 p0 = 0; p0 < pr.k; p0 += blk.kc, ++step) {
+      const i64 kc = std::min(blk.kc, pr.k - p0);
+      float* a_block = shared_a[step & 1];
+      pack_a_panels(mk, blk, pr, ic, mc, p0, kc, a_panels * tid / team, a_panels * (tid + 1) / team,
+                    a_block);
+      // Past this barrier every share of the A block is packed. It also makes the double
+      // buffer safe: a thread packs step s+1 only after this barrier of step s, which
+      // every thread reaches only after it finished computing step s-1, the last reader
+      // of the buffer that step s+1 overwrites.
+      barrier.arrive_and_wait();
+      if (col0 < col1) {
+        compute_block(mk, blk, pr, a_block, ic, mc, 0, a_panels, p0, kc, col0, col1,
+                      p0 == 0 ? pr.beta : 1.0f);
+      }
+    }
+  }
+}
+
+void matrix_single_thread(const SgemmMicroKernel& mk, const GemmBlocking& blk,
+                          const MatrixProblem& pr) {
+  matrix_split_rows(mk, blk, pr, 0, 1);
+}
+
+thread_local ScratchBuffer t_c_partial;  // a thread's share of a split-k product
+
+// Threads own disjoint ranges of k slices: for small C and long k (a weight gradient over
+// all tokens) this packs nothing twice, shares nothing between cores and needs one
+// barrier. Thread 0 accumulates into C with the caller's beta; thread t > 0 writes its
+// partial product into its own scratch; then C += partial_1 + ... + partial_{T-1}, the
+// rows split over the threads, each element summed in thread order. The result is the
+// same on every run with this thread count, though rounded differently from a run on
+// one thread (which sums all of k in one chain).
+void matrix_split_k(const SgemmMicroKernel& mk, const GemmBlocking& blk, const MatrixProblem& pr,
+                    float** partials, Barrier& barrier, int tid, int team) {
+  const i64 slices = ceil_div(pr.k, blk.kc);
+  const i64 first = slices * tid / team * blk.kc;
+  const i64 last = std::min(pr.k, slices * (tid + 1) / team * blk.kc);
+  MatrixProblem mine = pr;
+  mine.a = pr.a + first * pr.a_col_stride;
+  mine.b = pr.b + first * pr.b_row_stride;
+  mine.k = last - first;
+  if (tid > 0) {
+    mine.c = partials[tid] = t_c_partial.get(static_cast<std::size_t>(pr.m * pr.n));
+    mine.ldc = pr.n;
+    mine.beta = 0.0f;
+  }
+  if (mine.k > 0)
+    matrix_single_thread(mk, blk, mine);
+  else
+    scale_c(mine.c, mine.ldc, pr.m, pr.n, mine.beta);
+  barrier.arrive_and_wait();
+  const i64 row0 = pr.m * tid / team, row1 = pr.m * (tid + 1) / team;
+  for (i64 i = row0; i < row1; ++i) {
+    float* c_row = pr.c + i * pr.ldc;
+    for (int t = 1; t < team; ++t) {
+      const float* part = partials[t] + i * pr.n;
+      for (i64 j = 0; j < pr.n; ++j) c_row[j] += part[j];
+    }
+  }
+}
+
+}  // namespace
+
+GemmBlocking default_blocking(const SgemmMicroKernel& mk) {
+  GemmBlocking blk;
+  blk.kc = 384;
+  // The B block (kc x nc) stays in a core's L2 while every A panel streams past it.
+  blk.nc = mk.nr * 15;
+  // A block rows, a multiple of mr: kc x mc floats, shared through L3.
+  blk.mc = mk.mr * 220;
+  return blk;
+}
+
+void sgemm_packed(const SgemmMicroKernel& mk, const GemmBlocking& blk, const GemmArgs<float>& args,
+                  int threads) {
+  if (args.m <= 0 || args.n <= 0 || args.batch <= 0) return;
+  if (args.k <= 0 || args.alpha == 0.0f) {
+    for (i64 b = 0; b < args.batch; ++b) {
+      scale_c(args.c + b * args.stride_c, args.ldc, args.m, args.n, args.beta);
+    }
+    return;
+  }
+  int team = in_parallel_region() ? 1 : num_threads();
+  if (threads > 0) team = std::min(team, threads);
+
+  const i64 work = args.m * args.n * args.k;
+  // Spread a batch of matrices over the threads whole when each one is too small to be
+  // worth splitting (or there are plenty of them). C matrices must not alias.
+  const bool spread_batch = team > 1 && args.batch > 1 && args.stride_c != 0 &&
+                            (work < (i64{1} << 24) || args.batch >= 4 * team);
+  if (team == 1 || spread_batch) {
+    const int used = static_cast<int>(std::min<i64>(team, args.batch));
+    parallel_team(used, [&](int tid, int size) {
+      const i64 first = args.batch * tid / size, last = args.batch * (tid + 1) / size;
+      for (i64 b = first; b < last; ++b) matrix_single_thread(mk, blk, matrix_of_batch(args, b));
+    });
+    return;
+  }
+
+  const i64 row_panels = ceil_div(args.m, mk.mr);
+  const i64 col_panels = ceil_div(args.n, mk.nr);
+  // A small C over a long k: split k (see matrix_split_k).
+  const bool split_k = args.k >= 4 * blk.kc * team && args.m * args.n <= 512 * 512 &&
+                       args.m * args.n * team <= args.k * (args.m + args.n);
+  // Splitting rows duplicates the packing of B (k x n) in every thread; that is cheap
+  // when each thread still has many rows to amortise it over.
+  const bool split_rows = (args.m >= 400 * team && row_panels >= 4 * team) || col_panels < 2 * team;
+  if (split_rows && row_panels < 2) team = 1;
+
+  for (i64 b = 0; b < args.batch; ++b) {
+    const MatrixProblem pr = matrix_of_batch(args, b);
+    if (team == 1) {
+      matrix_single_thread(mk, blk, pr);
+    } else if (split_k) {
+      std::vector<float*> partials(static_cast<std::size_t>(team), nullptr);
+      Barrier barrier(team);
+      parallel_team(team, [&](int tid, int size) {
+        if (size != team) {  // pool busy elsewhere: thread 0 alone
+          if (tid == 0) matrix_single_thread(mk, blk, pr);
+          return;
+        }
+        matrix_split_k(mk, blk, pr, partials.data(), barrier, tid, size);
+      });
+    } else if (split_rows) {
+      parallel_team(team, [&](int tid, int size) { matrix_split_rows(mk, blk, pr, tid, size); });
+    } else {
+      const i64 a_floats = ceil_div(std::min(blk.mc, pr.m), mk.mr) * mk.mr * std::min(blk.kc, pr.k);
+      float* shared_a[2] = {t_a_block[0].get(static_cast<std::size_t>(a_floats)),
+                            t_a_block[1].get(static_cast<std::size_t>(a_floats))};
+      Barrier barrier(team);
+      parallel_team(team, [&](int tid, int size) {
+        // The pool hands back a smaller team only when it is busy elsewhere (then size
+        // is 1); the barrier needs exactly `team` threads, so thread 0 does it all.
+        if (size != team) {
+          if (tid == 0) matrix_single_thread(mk, blk, pr);
+          return;
+        }
+        matrix_split_cols(mk, blk, pr, shared_a, barrier, tid, size);
+      });
+    }
+  }
+}
+
+}  // namespace wedge::kernels::cpu

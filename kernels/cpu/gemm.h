@@ -1,0 +1,61 @@
+// Internal interface of the packed GEMM (kernels/cpu only; ops never include this).
+//
+// The driver (gemm.cpp) is plain C++ and knows nothing of any instruction set: it cuts
+// C into blocks, asks an ISA's packers to copy slices of A and B into contiguous panels,
+// and calls that ISA's register-blocked micro-kernel on every (mr x nr) tile of C.
+// gemm_avx512.cpp and gemm_avx2.cpp each provide one SgemmMicroKernel.
+#pragma once
+
+#include "kernels/kernels.h"
+
+namespace wedge::kernels::cpu {
+
+// One instruction set's register tile and packers.
+//   A panel: op(A) rows [i, i+mr) x columns [p0, p0+kc), stored k-major: panel[p*mr + r],
+//            rows beyond the matrix are zero (so edge tiles compute on zeros).
+//   B panel: op(B) rows [p0, p0+kc) x columns [j, j+nr), stored k-major: panel[p*nr + c],
+//            columns beyond the matrix are zero.
+// A packer fills a run of consecutive panels (panel q at out + q*mr*kc, resp. q*nr*kc):
+// when the source is k-major it can then read each of its rows once, front to back.
+// The micro-kernel computes the full mr x nr product of one A panel and one B panel and
+// writes only its valid m_valid x n_valid corner:
+//   C = alpha * (Ap Bp) + beta * C,   C not read when beta == 0.
+struct SgemmMicroKernel {
+  const char* name;
+  int mr, nr;
+  void (*kernel)(i64 kc, const float* ap, const float* bp, float* c, i64 ldc, int m_valid,
+                 int n_valid, float alpha, float beta);
+  // Packs rows [0, rows) of op(A) into ceil(rows / mr) panels. Element (r, p) of op(A)
+  // is a[r * row_stride + p * col_stride]; exactly one of the strides is 1 (A
+  // untransposed: col_stride 1; transposed: row_stride 1). next_kc is the depth of the
+  // next k slice of the same rows (0 if none): the packer may prefetch it into L2, so that
+  // packing the next slice reads from cache instead of memory.
+  void (*pack_a)(const float* a, i64 row_stride, i64 col_stride, i64 rows, i64 kc, i64 next_kc,
+                 float* out);
+  // Packs columns [0, cols) of op(B) into ceil(cols / nr) panels. Element (p, c) of op(B)
+  // is b[p * row_stride + c * col_stride]; one stride is 1.
+  void (*pack_b)(const float* b, i64 row_stride, i64 col_stride, i64 kc, i64 next_kc, i64 cols,
+                 float* out);
+};
+
+// Cache blocking: kc columns of A / rows of B per pass (the panels' depth), mc rows of A
+// packed together and shared by the threads, nc columns of B packed per thread (sized to
+// stay in that core's L2).
+struct GemmBlocking {
+  i64 mc = 3072, kc = 384, nc = 480;
+};
+
+// Defined in gemm_avx512.cpp / gemm_avx2.cpp (compiled with their ISA flags). Call only
+// when the CPU supports the instruction set.
+const SgemmMicroKernel& sgemm_avx512_microkernel();
+const SgemmMicroKernel& sgemm_avx2_microkernel();
+
+// Blocking tuned for a micro-kernel (measured; see README.md).
+GemmBlocking default_blocking(const SgemmMicroKernel& mk);
+
+// The packed, cache-blocked, threaded driver: batched, all transpose cases, alpha/beta as
+// in kernels.h. Uses up to `threads` threads of the global pool (<= 0: all of them).
+void sgemm_packed(const SgemmMicroKernel& mk, const GemmBlocking& blocking,
+                  const GemmArgs<float>& args, int threads = 0);
+
+}  // namespace wedge::kernels::cpu

@@ -1,0 +1,179 @@
+// GEMM backend selection: wedge's packed GEMM (per instruction set) or OpenBLAS.
+#include <cblas.h>
+#include <strings.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+#include "engine/thread_pool.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/isa.h"
+
+namespace wedge::kernels {
+
+// ---- CPU detection ------------------------------------------------------------------------
+
+namespace cpu {
+
+bool has_avx512() {
+  // The *_avx512.cpp files are compiled with F, BW, DQ and VL: require all four.
+  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512dq") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2") &&
+                          __builtin_cpu_supports("fma");
+  return yes;
+}
+
+bool has_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+
+// The micro-kernel wedge's GEMM uses on this CPU, or nullptr without AVX2.
+const SgemmMicroKernel* best_sgemm_microkernel() {
+  if (has_avx512()) return &sgemm_avx512_microkernel();
+  if (has_avx2()) return &sgemm_avx2_microkernel();
+  return nullptr;
+}
+
+}  // namespace cpu
+
+const char* cpu_isa_name() {
+  if (cpu::has_avx512()) return "avx512";
+  if (cpu::has_avx2()) return "avx2";
+  return "scalar";
+}
+
+// ---- OpenBLAS ------------------------------------------------------------------------------
+
+namespace {
+
+// OpenBLAS keeps its own thread pool; keep its size equal to wedge's.
+void sync_openblas_threads() {
+  static std::atomic<int> applied{0};
+  const int want = in_parallel_region() ? 1 : num_threads();
+  if (applied.load(std::memory_order_relaxed) != want) {
+    openblas_set_num_threads(want);
+    applied.store(want, std::memory_order_relaxed);
+  }
+}
+
+template <typename T>
+void scale_matrix(T* c, i64 ldc, i64 m, i64 n, T beta) {
+  for (i64 i = 0; i < m; ++i) {
+    for (i64 j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
+  }
+}
+
+// cblas rejects (with a message and no work) leading dimensions smaller than the row
+// length even when there is a single row and the leading dimension is never used.
+i64 usable_ld(i64 ld, i64 row_length, i64 rows) {
+  return rows <= 1 ? std::max({ld, row_length, i64{1}}) : ld;
+}
+
+template <typename T, typename Call>
+void blas_gemm(const GemmArgs<T>& g, Call call) {
+  if (g.m <= 0 || g.n <= 0) return;
+  if (g.k <= 0) {  // C = beta C; cblas would want lda >= 1 on an empty operand
+    for (i64 b = 0; b < g.batch; ++b) scale_matrix(g.c + b * g.stride_c, g.ldc, g.m, g.n, g.beta);
+    return;
+  }
+  sync_openblas_threads();
+  const bool ta = g.trans_a == Trans::T, tb = g.trans_b == Trans::T;
+  const i64 lda = ta ? usable_ld(g.lda, g.m, g.k) : usable_ld(g.lda, g.k, g.m);
+  const i64 ldb = tb ? usable_ld(g.ldb, g.k, g.n) : usable_ld(g.ldb, g.n, g.k);
+  const i64 ldc = usable_ld(g.ldc, g.n, g.m);
+  for (i64 b = 0; b < g.batch; ++b) {
+    call(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(g.m),
+         static_cast<int>(g.n), static_cast<int>(g.k), g.alpha, g.a + b * g.stride_a,
+         static_cast<int>(lda), g.b + b * g.stride_b, static_cast<int>(ldb), g.beta,
+         g.c + b * g.stride_c, static_cast<int>(ldc));
+  }
+}
+
+}  // namespace
+
+void sgemm_openblas(const GemmArgs<float>& g) {
+  blas_gemm(g, [](CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
+                  const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  });
+}
+
+void dgemm_openblas(const GemmArgs<double>& g) {
+  blas_gemm(
+      g, [](CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, double alpha,
+            const double* a, int lda, const double* b, int ldb, double beta, double* c, int ldc) {
+        cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      });
+}
+
+// ---- wedge -----------------------------------------------------------------------------------
+
+void sgemm_wedge(const GemmArgs<float>& args, int threads) {
+  if (const cpu::SgemmMicroKernel* mk = cpu::best_sgemm_microkernel()) {
+    static const cpu::GemmBlocking blocking = cpu::default_blocking(*mk);
+    cpu::sgemm_packed(*mk, blocking, args, threads);
+  } else {
+    ref_table_f32().gemm(args);
+  }
+}
+
+// ---- the switch ------------------------------------------------------------------------------
+
+GemmBackend parse_gemm_backend(const char* name) {
+  if (name && strcasecmp(name, "wedge") == 0) return GemmBackend::Wedge;
+  if (name && strcasecmp(name, "openblas") == 0) return GemmBackend::OpenBLAS;
+  throw std::invalid_argument(std::string("unknown GEMM backend '") + (name ? name : "") +
+                              "' (expected wedge or openblas)");
+}
+
+namespace {
+
+GemmBackend initial_backend() {
+  if (const char* env = std::getenv("WEDGE_GEMM"); env && *env) {
+    try {
+      return parse_gemm_backend(env);
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "wedge: WEDGE_GEMM: %s; using the default\n", e.what());
+    }
+  }
+  return cpu::best_sgemm_microkernel() ? GemmBackend::Wedge : GemmBackend::OpenBLAS;
+}
+
+std::atomic<GemmBackend>& backend_state() {
+  static std::atomic<GemmBackend> state{initial_backend()};
+  return state;
+}
+
+}  // namespace
+
+void set_gemm_backend(GemmBackend backend) { backend_state().store(backend); }
+GemmBackend gemm_backend() { return backend_state().load(std::memory_order_relaxed); }
+
+namespace cpu {
+
+void sgemm_selected(const GemmArgs<float>& args) {
+  if (gemm_backend() == GemmBackend::OpenBLAS)
+    sgemm_openblas(args);
+  else
+    sgemm_wedge(args);
+}
+
+const char* gemm_description(GemmBackend backend) {
+  static const std::string wedge_name = [] {
+    const SgemmMicroKernel* mk = best_sgemm_microkernel();
+    return std::string("wedge gemm (") + (mk ? mk->name : "reference loops") + ")";
+  }();
+  return backend == GemmBackend::OpenBLAS ? "openblas gemm" : wedge_name.c_str();
+}
+
+}  // namespace cpu
+}  // namespace wedge::kernels

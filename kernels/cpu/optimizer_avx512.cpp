@@ -1,0 +1,54 @@
+// AdamW over a parameter buffer in one vectorised, threaded pass, and the sum of squares
+// used for gradient-norm clipping. Same math as kernels/ref/adam.cpp.
+#include <cmath>
+
+#include "engine/thread_pool.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/simd_avx512.h"
+
+namespace wedge::kernels::cpu::avx512 {
+
+void adam_update(const AdamParams& hp, float* param, const float* grad, float* m, float* v, i64 n) {
+  const __m512 b1 = _mm512_set1_ps(hp.beta1), one_minus_b1 = _mm512_set1_ps(1.0f - hp.beta1);
+  const __m512 b2 = _mm512_set1_ps(hp.beta2), one_minus_b2 = _mm512_set1_ps(1.0f - hp.beta2);
+  const __m512 inv_bc1 = _mm512_set1_ps(1.0f / hp.bc1), inv_bc2 = _mm512_set1_ps(1.0f / hp.bc2);
+  const __m512 eps = _mm512_set1_ps(hp.eps), wd = _mm512_set1_ps(hp.weight_decay);
+  const __m512 lr = _mm512_set1_ps(hp.lr);
+  const bool decoupled = hp.decoupled;
+  parallel_for(0, n, 1 << 14, [&](i64 i0, i64 i1) {
+    for (i64 i = i0; i < i1; i += 16) {
+      const __mmask16 mask = first_lanes(i1 - i);
+      const __m512 p = _mm512_maskz_loadu_ps(mask, param + i);
+      __m512 g = _mm512_maskz_loadu_ps(mask, grad + i);
+      if (!decoupled) g = _mm512_fmadd_ps(wd, p, g);  // weight decay as an L2 term
+      const __m512 m_new =
+          _mm512_fmadd_ps(b1, _mm512_maskz_loadu_ps(mask, m + i), _mm512_mul_ps(one_minus_b1, g));
+      const __m512 v_new = _mm512_fmadd_ps(b2, _mm512_maskz_loadu_ps(mask, v + i),
+                                           _mm512_mul_ps(one_minus_b2, _mm512_mul_ps(g, g)));
+      const __m512 denom = _mm512_add_ps(_mm512_sqrt_ps(_mm512_mul_ps(v_new, inv_bc2)), eps);
+      __m512 step = _mm512_div_ps(_mm512_mul_ps(m_new, inv_bc1), denom);
+      if (decoupled) step = _mm512_fmadd_ps(wd, p, step);
+      _mm512_mask_storeu_ps(m + i, mask, m_new);
+      _mm512_mask_storeu_ps(v + i, mask, v_new);
+      _mm512_mask_storeu_ps(param + i, mask, _mm512_fnmadd_ps(lr, step, p));
+    }
+  });
+}
+
+// One thread, a fixed order (16 double lanes x 2, then a fixed reduction): deterministic
+// and, at memory speed, fast enough for the whole model's gradients.
+void sum_squares(const float* x, i64 n, float* out, bool accumulate) {
+  __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+  for (i64 i = 0; i < n; i += 16) {
+    const __m512 v = _mm512_maskz_loadu_ps(first_lanes(n - i), x + i);
+    const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+    const __m512d hi =
+        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    s0 = _mm512_fmadd_pd(lo, lo, s0);
+    s1 = _mm512_fmadd_pd(hi, hi, s1);
+  }
+  const double total = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+  *out = accumulate ? float(double(*out) + total) : float(total);
+}
+
+}  // namespace wedge::kernels::cpu::avx512

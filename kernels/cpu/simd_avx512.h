@@ -1,0 +1,96 @@
+// AVX-512 helpers shared by the *_avx512.cpp kernels: lane masks, horizontal sums, and a
+// vector exp accurate to about 2 ulp. Include only from files compiled with -mavx512f.
+#pragma once
+
+// GCC 12 warns, wrongly, that some intrinsics read an uninitialised value (their unused
+// merge source is _mm512_undefined_ps()).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace wedge::kernels::cpu::avx512 {
+
+using i64 = std::int64_t;
+
+// Lanes [0, count) of a 16-lane vector (count clamped to [0, 16]).
+inline __mmask16 first_lanes(i64 count) {
+  if (count <= 0) return 0;
+  if (count >= 16) return 0xFFFF;
+  return static_cast<__mmask16>((1u << count) - 1u);
+}
+
+// Horizontal sum in a fixed order (so identical inputs always give identical sums).
+inline float hsum(__m512 v) {
+  const __m256 lo = _mm512_castps512_ps256(v);
+  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  __m256 s = _mm256_add_ps(lo, hi);
+  __m128 q = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  q = _mm_add_ss(q, _mm_movehdup_ps(q));
+  return _mm_cvtss_f32(q);
+}
+
+inline float hmax(__m512 v) {
+  const __m256 lo = _mm512_castps512_ps256(v);
+  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  __m256 s = _mm256_max_ps(lo, hi);
+  __m128 q = _mm_max_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  q = _mm_max_ps(q, _mm_movehl_ps(q, q));
+  q = _mm_max_ss(q, _mm_movehdup_ps(q));
+  return _mm_cvtss_f32(q);
+}
+
+// In-register transpose of a 16x16 block: r[i] holds row i on entry, column i on exit.
+inline void transpose_16x16(__m512 r[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 8; ++i) {  // interleave row pairs within each 128-bit lane
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int g = 0; g < 4; ++g) {  // 4x4 transposes within each lane, per group of 4 rows
+    u[4 * g + 0] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+    u[4 * g + 1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
+    u[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+    u[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
+  }
+  // u[4g + j], lane L holds rows 4g..4g+3 of column 4L + j; gather the four groups' lane L.
+  for (int j = 0; j < 4; ++j) {
+    const __m512 v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88);
+    const __m512 v1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD);
+    const __m512 v2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
+    const __m512 v3 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xDD);
+    r[j] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+    r[8 + j] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
+    r[4 + j] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+    r[12 + j] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
+  }
+}
+
+// e^x for 16 floats. x = n ln2 + r with n an integer and |r| <= ln2/2; e^r by its
+// degree-7 Taylor polynomial (truncation error < 1e-8 relative), then scaled by 2^n with
+// vscalefps, which also gives +inf above ~88.7 and 0 (through the denormals) below ~-103.
+// -inf gives exactly 0 (inputs are clamped at -110, whose result underflows to 0) and NaN
+// stays NaN.
+inline __m512 exp_ps(__m512 x) {
+  // max/min return their second operand when either is NaN: x second keeps NaN.
+  x = _mm512_max_ps(_mm512_set1_ps(-110.0f), x);
+  x = _mm512_min_ps(_mm512_set1_ps(89.0f), x);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // ln 2 split in two so n * ln2_hi is exact for |n| < 2^8.
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860682030941723212e-6f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 5040);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+}  // namespace wedge::kernels::cpu::avx512
