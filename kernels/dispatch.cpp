@@ -50,7 +50,7 @@ const KernelTable<double>* kernel_table<double>(int device_kind) {
 
 const MemoryTable* memory_table(int device_kind) {
   // The host moves memory with the reference kernels (kernels/ref/memory.cpp).
-  if (device_kind == kCpu) return &ref_memory_table();
+  if (device_kind == kCpu) return &cpu_memory_table();
   if (!is_registrable(device_kind)) return nullptr;
   return registered(device_kind).memory.load(std::memory_order_acquire);
 }

@@ -220,6 +220,7 @@ const MemoryTable& ref_memory_table();
 // backend_name() describes what was picked, e.g. "avx512 gemm, openblas off".
 const KernelTable<float>& cpu_table_f32();
 const KernelTable<double>& cpu_table_f64();
+const MemoryTable& cpu_memory_table();
 const char* cpu_backend_name();
 
 }  // namespace wedge::kernels

@@ -33,7 +33,7 @@ TEST_CASE("ref tables fill every entry") {
 TEST_CASE("dispatch: CPU is built in, unknown kinds have nothing") {
   CHECK(kernel_table<float>(0) == &cpu_table_f32());
   CHECK(kernel_table<double>(0) == &cpu_table_f64());
-  CHECK(memory_table(0) == &ref_memory_table());
+  CHECK(memory_table(0) == &cpu_memory_table());
   CHECK(kernel_table<float>(7) == nullptr);
   CHECK(kernel_table<double>(-1) == nullptr);
   CHECK(memory_table(2) == nullptr);
