@@ -12,8 +12,11 @@
 #include <vector>
 
 #include "data/snli.h"
+#include "scratch.h"
 
 using namespace wedge::data;
+using wedge::testing::ScratchDir;
+using wedge::testing::write_file;
 namespace fs = std::filesystem;
 
 namespace {
@@ -22,23 +25,6 @@ using Ids = std::vector<std::int32_t>;
 
 const fs::path kSharedData = WEDGE_SHARED_DATA;
 
-struct ScratchDir {
-  fs::path path;
-  explicit ScratchDir(const std::string& name)
-      : path(fs::temp_directory_path() / ("wedge-test-snli-" + name + "-" + std::to_string(std::random_device{}()))) {
-    fs::create_directories(path);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-void write_file(const fs::path& path, const std::string& text) {
-  fs::create_directories(path.parent_path());
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-}
 
 const std::string kJsonl =
     R"({"annotator_labels": ["neutral"], "captionID": "c1", "gold_label": "neutral", "pairID": "p1", "sentence1": "A man plays.", "sentence2": "A man plays a guitar."})"

@@ -6,13 +6,11 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/allocator.h"
 #include "models/audit.h"
 #include "tools/trainer.h"
+#include "trainer_support.h"
 
 using namespace wedge;
 using namespace wedge::tools;
@@ -22,32 +20,13 @@ namespace {
 
 bool have_cuda() { return has_allocator(DeviceKind::CUDA); }
 
-std::vector<double> losses_of(const std::string& run) {
-  std::ifstream in(run + "/metrics.jsonl");
-  std::vector<double> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) out.push_back(j["loss"].get<double>());
-  }
-  return out;
-}
-
 std::vector<double> run_steps(const std::string& kind, const std::string& device, const std::string& name) {
-  models::LMConfig c;
-  c.model = kind;
-  c.layers = 2;
-  c.d_model = 64;
-  c.d_ff = 128;
+  models::LMConfig c = wedge::testing::small_config(kind, 64, 32);
   c.heads = 4;
-  c.block = 32;
   c.rank = 8;
   c.windows = {1, 2, 4, 8};
-  c.dropout = 0.1;
-  c.seed = 11;
   TrainSettings s;
-  s.out = (fs::temp_directory_path() / ("wedge_cuda_" + std::to_string(::getpid()) + "_" + name)).string();
-  fs::remove_all(s.out);
+  s.out = wedge::testing::fresh_run_dir(name);
   s.batch = 8;
   s.block = 32;
   s.max_steps = 5;
@@ -55,7 +34,7 @@ std::vector<double> run_steps(const std::string& kind, const std::string& device
   s.device = device;
   s.json = true;
   train(c, s);
-  auto l = losses_of(s.out);
+  auto l = wedge::testing::step_losses(s.out);
   fs::remove_all(s.out);
   return l;
 }
@@ -79,14 +58,7 @@ TEST_CASE("CUDA: training steps match the CPU, repeat bit-identically, and stay 
     for (int i = 0; i < 5; ++i) CHECK(std::abs(gpu1[i] - cpu[i]) <= 2e-3 * std::abs(cpu[i]));
     CHECK(gpu1 == gpu2);  // deterministic kernels: same seed, same bits
 
-    models::LMConfig c;
-    c.model = kind;
-    c.layers = 2;
-    c.d_model = 32;
-    c.d_ff = 64;
-    c.heads = 2;
-    c.block = 24;
-    c.rank = 6;
+    models::LMConfig c = wedge::testing::small_config(kind, 32, 24);
     c.windows = {1, 2, 4, 16};
     c.vocab_size = 50;
     auto model = models::make_model(c);

@@ -12,33 +12,18 @@
 #include "ops/ops.h"
 #include "tools/plot.h"
 #include "tools/trainer.h"
+#include "trainer_support.h"
 
 using namespace wedge;
 using namespace wedge::tools;
+using wedge::testing::step_losses;
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string temp_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("wedge_trainer_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(p);
-  return p.string();
-}
+std::string temp_dir(const std::string& name) { return wedge::testing::fresh_run_dir(name); }
 
-models::LMConfig tiny(const std::string& kind) {
-  models::LMConfig c;
-  c.model = kind;
-  c.layers = 2;
-  c.d_model = 32;
-  c.d_ff = 64;
-  c.heads = 2;
-  c.block = 16;
-  c.rank = 6;
-  c.windows = {1, 2, 4};
-  c.dropout = 0.1;  // dropout on: resume must restore the RNG stream too
-  c.seed = 3;
-  return c;
-}
+models::LMConfig tiny(const std::string& kind) { return wedge::testing::small_config(kind, 32, 16); }
 
 TrainSettings settings(const std::string& out, std::int64_t max_steps) {
   TrainSettings s;
@@ -52,17 +37,6 @@ TrainSettings settings(const std::string& out, std::int64_t max_steps) {
   s.json = true;  // progress to stderr
   s.log_every = 1000;
   return s;
-}
-
-std::vector<double> step_losses(const std::string& run) {
-  std::ifstream in(run + "/metrics.jsonl");
-  std::vector<double> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) out.push_back(j["loss"].get<double>());
-  }
-  return out;
 }
 
 }  // namespace

@@ -1,0 +1,51 @@
+// Shared by the trainer tests: fresh run directories and the per-step losses a run logged.
+#pragma once
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "models/lm.h"
+
+namespace wedge::testing {
+
+inline std::string fresh_run_dir(const std::string& name) {
+  const auto p = std::filesystem::temp_directory_path() / ("wedge_run_" + std::to_string(::getpid()) + "_" + name);
+  std::filesystem::remove_all(p);
+  return p.string();
+}
+
+// The "loss" of every step line of <run>/metrics.jsonl, in order.
+inline std::vector<double> step_losses(const std::string& run) {
+  std::ifstream in(run + "/metrics.jsonl");
+  std::vector<double> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) out.push_back(j["loss"].get<double>());
+  }
+  return out;
+}
+
+// A small model of either kind with dropout on (so resumes must restore the RNG too).
+inline models::LMConfig small_config(const std::string& kind, std::int64_t d_model, std::int64_t block) {
+  models::LMConfig c;
+  c.model = kind;
+  c.layers = 2;
+  c.d_model = d_model;
+  c.d_ff = 2 * d_model;
+  c.heads = 2;
+  c.block = block;
+  c.rank = 6;
+  c.windows = {1, 2, 4};
+  c.dropout = 0.1;
+  c.seed = 3;
+  return c;
+}
+
+}  // namespace wedge::testing
