@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "engine/thread_pool.h"
+#include "fma_peak.h"
 #include "kernels/cpu/cpu.h"
 
 using namespace wedge;
@@ -38,58 +39,9 @@ using namespace wedge::kernels;
 
 namespace {
 
-// ---- measured peak: independent FMA chains on every thread ------------------------------
-
-__attribute__((target("avx512f,fma"))) double fma_loop_avx512(long iterations) {
-  // 16 independent accumulators cover FMA latency x 2 ports with room to spare.
-  __m512 acc[16];
-  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(0.001f * static_cast<float>(i));
-  const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
-  for (long it = 0; it < iterations; ++it) {
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(acc[i], x, y);
-  }
-  __m512 s = acc[0];
-  for (int i = 1; i < 16; ++i) s = _mm512_add_ps(s, acc[i]);
-  float out[16];
-  _mm512_storeu_ps(out, s);
-  return out[0];
-}
-
-__attribute__((target("avx2,fma"))) double fma_loop_avx2(long iterations) {
-  __m256 acc[12];
-  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(0.001f * static_cast<float>(i));
-  const __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
-  for (long it = 0; it < iterations; ++it) {
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], x, y);
-  }
-  float out[8];
-  __m256 s = acc[0];
-  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, acc[i]);
-  _mm256_storeu_ps(out, s);
-  return out[0];
-}
-
-// fp32 GFLOP/s of FMA on all pool threads at once (2 flops per lane per FMA).
+// The measured peak of the whole pool (bench/fma_peak.h).
 double measure_peak_gflops() {
-  const bool wide = std::string(cpu_isa_name()) == "avx512";
-  const long iterations = 20'000'000;
-  const double flops_per_iteration = wide ? 16 * 16 * 2 : 12 * 8 * 2;
-  double best = 0;
-  for (int trial = 0; trial < 5; ++trial) {
-    std::vector<double> sink(static_cast<std::size_t>(num_threads()));
-    const auto start = std::chrono::steady_clock::now();
-    parallel_team(0, [&](int tid, int) {
-      sink[static_cast<std::size_t>(tid)] =
-          wide ? fma_loop_avx512(iterations) : fma_loop_avx2(iterations);
-    });
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    benchmark::DoNotOptimize(sink.data());
-    best = std::max(best, num_threads() * iterations * flops_per_iteration / s / 1e9);
-  }
-  return best;
+  return wedge::bench::measure_fma_peak_gflops(std::string(cpu_isa_name()) == "avx512", 0);
 }
 
 double g_peak_gflops = 0;

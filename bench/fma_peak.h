@@ -1,0 +1,65 @@
+// The machine's measured fp32 peak: independent FMA chains on every thread at once, the
+// denominator of every "% of peak" the benchmarks print.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "engine/thread_pool.h"
+
+namespace wedge::bench {
+
+__attribute__((target("avx512f,fma"))) inline float fma_loop_avx512(long iterations) {
+  // 16 independent accumulators cover FMA latency x 2 ports with room to spare.
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(0.001f * static_cast<float>(i));
+  const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
+  for (long it = 0; it < iterations; ++it) {
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(acc[i], x, y);
+  }
+  float out[16];
+  __m512 s = acc[0];
+  for (int i = 1; i < 16; ++i) s = _mm512_add_ps(s, acc[i]);
+  _mm512_storeu_ps(out, s);
+  return out[0];
+}
+
+__attribute__((target("avx2,fma"))) inline float fma_loop_avx2(long iterations) {
+  __m256 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(0.001f * static_cast<float>(i));
+  const __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
+  for (long it = 0; it < iterations; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], x, y);
+  }
+  float out[8];
+  __m256 s = acc[0];
+  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, acc[i]);
+  _mm256_storeu_ps(out, s);
+  return out[0];
+}
+
+// GFLOP/s of FMAs on `threads` pool threads at once (0: the whole pool), best of 5.
+inline double measure_fma_peak_gflops(bool avx512, int threads) {
+  const long iterations = 20'000'000;
+  const double flops = avx512 ? 16.0 * 16 * 2 : 12.0 * 8 * 2;
+  const int team = threads > 0 ? threads : num_threads();
+  double best = 0;
+  for (int trial = 0; trial < 5; ++trial) {
+    std::vector<float> sink(static_cast<std::size_t>(team));
+    const auto start = std::chrono::steady_clock::now();
+    parallel_team(team, [&](int tid, int) {
+      sink[static_cast<std::size_t>(tid)] = avx512 ? fma_loop_avx512(iterations) : fma_loop_avx2(iterations);
+    });
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    asm volatile("" : : "r"(sink.data()) : "memory");  // keep the loops
+    best = std::max(best, team * iterations * flops / s / 1e9);
+  }
+  return best;
+}
+
+}  // namespace wedge::bench
