@@ -83,18 +83,27 @@ void Adam::load_state(const std::map<std::string, Tensor>& tensors, std::int64_t
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   NoGradGuard no_grad;
-  double total = 0.0;
+  // Squares are summed on each gradient's device into one accumulator per (device, dtype),
+  // so the norm costs one host round trip per device, not one per parameter.
+  std::vector<Tensor> accumulators;
+  auto accumulator_for = [&](const Tensor& g) -> Tensor& {
+    for (Tensor& a : accumulators)
+      if (a.device() == g.device() && a.dtype() == g.dtype()) return a;
+    accumulators.push_back(Tensor::zeros({}, g.dtype(), g.device()));
+    return accumulators.back();
+  };
   for (const Tensor& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     g = g.contiguous();
-    Tensor acc = Tensor::zeros({}, g.dtype(), g.device());
+    Tensor& acc = accumulator_for(g);
     if (g.dtype() == DType::F32)
-      table_for<float>(g, "clip_grad_norm").sum_squares(g.data<float>(), g.numel(), acc.data<float>(), false);
+      table_for<float>(g, "clip_grad_norm").sum_squares(g.data<float>(), g.numel(), acc.data<float>(), true);
     else
-      table_for<double>(g, "clip_grad_norm").sum_squares(g.data<double>(), g.numel(), acc.data<double>(), false);
-    total += acc.item();
+      table_for<double>(g, "clip_grad_norm").sum_squares(g.data<double>(), g.numel(), acc.data<double>(), true);
   }
+  double total = 0.0;
+  for (const Tensor& a : accumulators) total += a.item();
   const double norm = std::sqrt(total);
   if (std::isfinite(norm) && norm > max_norm && norm > 0) {
     const double scale = max_norm / (norm + 1e-6);
