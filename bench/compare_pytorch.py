@@ -128,19 +128,22 @@ def torch_models(torch):
     return LM
 
 
-def bench_torch(cfg, batch, steps, warmup):
+def bench_torch(cfg, batch, steps, warmup, device="cpu"):
     import torch
     torch.set_num_threads(2)
     # Without this, a few AdamW steps in, denormal floats make a paper-size step ~5x slower.
     torch.set_flush_denormal(True)
     torch.manual_seed(0)
     LM = torch_models(torch)
+    torch.set_default_tensor_type(torch.cuda.FloatTensor if device == "cuda" else torch.FloatTensor)
     model = LM(cfg["model"], cfg["vocab"], cfg["layers"], cfg["d"], cfg["dff"], cfg["heads"], cfg["block"], cfg["rank"],
-               cfg["windows"])
+               cfg["windows"]).to(device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     times = []
     for s in range(warmup + steps):
-        x = torch.randint(0, cfg["vocab"], (batch, cfg["block"] + 1))
+        x = torch.randint(0, cfg["vocab"], (batch, cfg["block"] + 1), device=device)
+        sync()
         t0 = time.perf_counter()
         logits = model(x[:, :-1])
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg["vocab"]), x[:, 1:].reshape(-1))
@@ -148,19 +151,21 @@ def bench_torch(cfg, batch, steps, warmup):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        sync()
         if s >= warmup:
             times.append(time.perf_counter() - t0)
     times.sort()
     med = times[len(times) // 2]
-    return {"step_ms": med * 1000, "tokens_per_s": batch * cfg["block"] / med,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    peak = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else \
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"step_ms": med * 1000, "tokens_per_s": batch * cfg["block"] / med, "peak_rss_mb": peak}
 
 
-def bench_wedge(wedge, cfg, batch, steps, warmup):
+def bench_wedge(wedge, cfg, batch, steps, warmup, device="cpu"):
     cmd = [wedge, "bench-step", "--model", cfg["model"], "--vocab-size", str(cfg["vocab"]), "--layers", str(cfg["layers"]),
            "--d-model", str(cfg["d"]), "--d-ff", str(cfg["dff"]), "--heads", str(cfg["heads"]), "--block", str(cfg["block"]),
            "--rank", str(cfg["rank"]), "--windows", ",".join(map(str, cfg["windows"])), "--batch", str(batch),
-           "--steps", str(steps), "--warmup-steps", str(warmup), "--threads", "2", "--json"]
+           "--steps", str(steps), "--warmup-steps", str(warmup), "--threads", "2", "--device", device, "--json"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
     return json.loads(out)
 
@@ -175,7 +180,7 @@ def run_in_child(args, cfg, batch, steps, warmup):
     env = dict(os.environ)
     if os.path.isdir(OPENMP_BLAS):
         env["LD_LIBRARY_PATH"] = OPENMP_BLAS
-    out = subprocess.run([sys.executable, __file__, "--torch-child", json.dumps([cfg, batch, steps, warmup])],
+    out = subprocess.run([sys.executable, __file__, "--torch-child", json.dumps([cfg, batch, steps, warmup, args.device])],
                          check=True, capture_output=True, text=True, env=env).stdout.strip().splitlines()[-1]
     return json.loads(out)
 
@@ -187,11 +192,12 @@ def main():
     ap.add_argument("--seq-scaling", action="store_true", help="2 layers, d 128, batch 1, block 256..8192")
     ap.add_argument("--models", default="transformer,grassmann")
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (both engines on the same device)")
     ap.add_argument("--torch-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.torch_child:
-        cfg, batch, steps, warmup = json.loads(args.torch_child)
-        print(json.dumps(bench_torch(cfg, batch, steps, warmup)))
+        cfg, batch, steps, warmup, device = json.loads(args.torch_child)
+        print(json.dumps(bench_torch(cfg, batch, steps, warmup, device)))
         return
 
     runs = []
@@ -209,7 +215,7 @@ def main():
     print(f"{'model':<12} {'block':>6} {'batch':>5} {'wedge tok/s':>12} {'torch tok/s':>12} {'ratio':>6} "
           f"{'wedge RSS MB':>13} {'torch RSS MB':>13}")
     for cfg, batch in runs:
-        w = bench_wedge(args.wedge, cfg, batch, args.steps, 1)
+        w = bench_wedge(args.wedge, cfg, batch, args.steps, 1, args.device)
         t = run_in_child(args, cfg, batch, args.steps, 1)
         print(f"{cfg['model']:<12} {cfg['block']:>6} {batch:>5} {w['tokens_per_s']:>12.0f} {t['tokens_per_s']:>12.0f} "
               f"{w['tokens_per_s'] / t['tokens_per_s']:>6.2f} {w['peak_rss_mb']:>13.0f} {t['peak_rss_mb']:>13.0f}",

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The GPU checks in one go, for a machine with an NVIDIA GPU (e.g. an H200): builds with
+# CUDA, runs the whole test suite (the CUDA parity and training tests run when a device is
+# present), the CUDA GEMM ladder against cuBLAS, the causality audit on the GPU, and the
+# training-step comparison with PyTorch on the same GPU. Logs go to $OUT (default gpu-logs/).
+#
+#   OUT=/some/dir tools/gpu_check.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-gpu-logs}"
+mkdir -p "$OUT"
+nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUT/configure.log" 2>&1
+cmake --build build-gpu -j "$(nproc)" > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
+ctest --test-dir build-gpu --output-on-failure > "$OUT/ctest.log" 2>&1
+build-gpu/test_kernels -tc="*CUDA*,*cuda*" -s > "$OUT/cuda_parity.log" 2>&1
+build-gpu/test_tools -tc="CUDA*" -s > "$OUT/cuda_training.log" 2>&1
+build-gpu/bench/cuda_gemm_ladder > "$OUT/cuda_gemm_ladder.log" 2>&1
+for m in transformer grassmann; do
+  build-gpu/wedge audit-causal --model $m --device cuda > "$OUT/audit_$m.log" 2>&1
+done
+python3 bench/compare_pytorch.py --wedge build-gpu/wedge --device cuda --paper --steps 20 > "$OUT/compare_pytorch_cuda.log" 2>&1
+tail -3 "$OUT/ctest.log"
+echo "logs in $OUT"
