@@ -1,8 +1,10 @@
 // The kernel contract: ONE signature per kernel, shared by every device.
 //
 // A kernel is plain arithmetic on raw pointers to memory of its device (host memory for
-// the CPU table, device memory for the CUDA table). Kernels allocate nothing, know
-// nothing of Tensor or autograd, and never synchronise with the host. Shapes arrive
+// the CPU table, device memory for the CUDA table). Kernels know nothing of Tensor or
+// autograd and never synchronise with the host. They allocate no outputs; the fast ones
+// keep scratch (GEMM packing panels, attention tiles, reduction partials) that is taken
+// on first use and reused, so a training loop in steady state allocates nothing. Shapes arrive
 // already checked by the op that calls them (ops/), so kernels do not validate.
 //
 // Each device fills a KernelTable<T> (T = float or double; CUDA fills float only).
