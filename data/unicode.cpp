@@ -58,6 +58,31 @@ constexpr CodePointRange kUnassignedInReference[] = {
 constexpr char32_t kPunctuationInReference[] = {0x166D, 0x111C9};
 constexpr char32_t kNonspacingMarkInReference = 0x1734;
 
+// For lower-casing the gap runs the other way: the reference uses Rust's char::to_lowercase,
+// whose tables are newer than utf8proc 2.8 (Unicode 15.0), which predates Unicode 16. The
+// reference (tokenizers 0.23) lower-cases 55 capital letters that utf8proc does not know: 27 new in Unicode 16 (U+1C89 Cyrillic TJE,
+// four Latin letters, the 22 of Garay) and 28 new in Unicode 17 (three Latin letters, the 25
+// of Beria Erfe). This list is exactly those case pairs, found by lower-casing every code
+// point with the reference normaliser and comparing with utf8proc; every other character is
+// lower-cased by utf8proc. None of these letters decomposes, is a mark, or lower-cases to
+// more than one character, in the reference or in utf8proc, so the table is the whole fix.
+// Each row maps first..last onto lower_first.. one to one.
+struct CaseMapping {
+  char32_t first, last, lower_first;
+};
+constexpr CaseMapping kLowercaseNewerThanUtf8proc[] = {
+    {0x1C89, 0x1C89, 0x1C8A},    // CYRILLIC CAPITAL LETTER TJE (16)
+    {0xA7CB, 0xA7CB, 0x0264},    // LATIN CAPITAL LETTER RAMS HORN -> U+0264 (16)
+    {0xA7CC, 0xA7CC, 0xA7CD},    // LATIN CAPITAL LETTER S WITH DIAGONAL STROKE (16)
+    {0xA7CE, 0xA7CE, 0xA7CF},    // LATIN CAPITAL LETTER PHARYNGEAL VOICED FRICATIVE (17)
+    {0xA7D2, 0xA7D2, 0xA7D3},    // LATIN CAPITAL LETTER DOUBLE THORN (17)
+    {0xA7D4, 0xA7D4, 0xA7D5},    // LATIN CAPITAL LETTER DOUBLE WYNN (17)
+    {0xA7DA, 0xA7DA, 0xA7DB},    // LATIN CAPITAL LETTER LAMBDA (16)
+    {0xA7DC, 0xA7DC, 0x019B},    // LATIN CAPITAL LETTER LAMBDA WITH STROKE -> U+019B (16)
+    {0x10D50, 0x10D65, 0x10D70},  // Garay capital letters (16)
+    {0x16EA0, 0x16EB8, 0x16EBB},  // Beria Erfe capital letters (17)
+};
+
 bool unassigned_in_reference(char32_t c) {
   if (c < kUnassignedInReference[0].first) return false;
   const auto* end = std::end(kUnassignedInReference);
@@ -210,6 +235,15 @@ int to_lower_full(char32_t c, char32_t out[2]) {
     out[0] = 'i';
     out[1] = 0x307;
     return 2;
+  }
+  // One range test keeps the table off the path of almost every character.
+  if (c >= kLowercaseNewerThanUtf8proc[0].first && c <= std::rbegin(kLowercaseNewerThanUtf8proc)->last) {
+    for (const CaseMapping& m : kLowercaseNewerThanUtf8proc) {
+      if (c >= m.first && c <= m.last) {
+        out[0] = m.lower_first + (c - m.first);
+        return 1;
+      }
+    }
   }
   out[0] = static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c)));
   return 1;

@@ -73,7 +73,8 @@ int canonical_decomposition(char32_t c, char32_t out[8]);
 // char::to_lowercase, which the reference uses, gives the full mapping, and the two differ
 // only for U+0130 (İ → "i" + U+0307). The tokenizer never lower-cases U+0130 itself: when
 // accents are stripped it is decomposed first, and otherwise this function expands it, so
-// both paths agree with the reference.
+// both paths agree with the reference. The 55 capital letters added in Unicode 16 and 17,
+// which utf8proc does not know, are lower-cased from a small table (see unicode.cpp).
 // Writes 1 or 2 code points to `out` and returns how many.
 int to_lower_full(char32_t c, char32_t out[2]);
 

@@ -3,6 +3,7 @@
 // reference tokenizer's behaviour as documented in data/unicode.h).
 #include <doctest/doctest.h>
 
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -166,4 +167,64 @@ TEST_CASE("splitting on whitespace and punctuation") {
   CHECK(bert.split("\u00e9\u0301\u0301") == Words{"e"});
   CHECK(bert.split("").empty());
   CHECK(bert.split(" \t\n").empty());
+}
+
+// The capital letters added in Unicode 16 and 17, which utf8proc 2.8 does not know. Each
+// expected value was recorded from the reference tokenizer (BertNormalizer with accent
+// stripping and lower-casing, then BertPreTokenizer) run on the character alone: one word of
+// one character, the lower-case letter below.
+TEST_CASE("capital letters newer than utf8proc are lower-cased as by the reference") {
+  struct Recorded {
+    char32_t capital, reference_lower;
+  };
+  constexpr Recorded kRecorded[] = {
+      {0x1C89, 0x1C8A}, {0xA7CB, 0x0264}, {0xA7CC, 0xA7CD}, {0xA7CE, 0xA7CF}, {0xA7D2, 0xA7D3},
+      {0xA7D4, 0xA7D5}, {0xA7DA, 0xA7DB}, {0xA7DC, 0x019B}, {0x10D50, 0x10D70}, {0x10D51, 0x10D71},
+      {0x10D52, 0x10D72}, {0x10D53, 0x10D73}, {0x10D54, 0x10D74}, {0x10D55, 0x10D75}, {0x10D56, 0x10D76},
+      {0x10D57, 0x10D77}, {0x10D58, 0x10D78}, {0x10D59, 0x10D79}, {0x10D5A, 0x10D7A}, {0x10D5B, 0x10D7B},
+      {0x10D5C, 0x10D7C}, {0x10D5D, 0x10D7D}, {0x10D5E, 0x10D7E}, {0x10D5F, 0x10D7F}, {0x10D60, 0x10D80},
+      {0x10D61, 0x10D81}, {0x10D62, 0x10D82}, {0x10D63, 0x10D83}, {0x10D64, 0x10D84}, {0x10D65, 0x10D85},
+      {0x16EA0, 0x16EBB}, {0x16EA1, 0x16EBC}, {0x16EA2, 0x16EBD}, {0x16EA3, 0x16EBE}, {0x16EA4, 0x16EBF},
+      {0x16EA5, 0x16EC0}, {0x16EA6, 0x16EC1}, {0x16EA7, 0x16EC2}, {0x16EA8, 0x16EC3}, {0x16EA9, 0x16EC4},
+      {0x16EAA, 0x16EC5}, {0x16EAB, 0x16EC6}, {0x16EAC, 0x16EC7}, {0x16EAD, 0x16EC8}, {0x16EAE, 0x16EC9},
+      {0x16EAF, 0x16ECA}, {0x16EB0, 0x16ECB}, {0x16EB1, 0x16ECC}, {0x16EB2, 0x16ECD}, {0x16EB3, 0x16ECE},
+      {0x16EB4, 0x16ECF}, {0x16EB5, 0x16ED0}, {0x16EB6, 0x16ED1}, {0x16EB7, 0x16ED2}, {0x16EB8, 0x16ED3},
+  };
+  static_assert(std::size(kRecorded) == 55);
+
+  const BasicTokenizer bert;
+  NormalizerOptions lower_only;
+  lower_only.strip_accents = false;
+  const BasicTokenizer bert_lower_only(lower_only);
+  for (const Recorded& r : kRecorded) {
+    CAPTURE(static_cast<unsigned>(r.capital));
+    std::string capital, lower;
+    uc::append_utf8(capital, r.capital);
+    uc::append_utf8(lower, r.reference_lower);
+
+    char32_t out[2];
+    REQUIRE(uc::to_lower_full(r.capital, out) == 1);
+    CHECK(out[0] == r.reference_lower);
+    // Nothing in NFD or accent stripping touches these letters, in either direction.
+    REQUIRE(uc::canonical_decomposition(r.capital, out) == 1);
+    CHECK(out[0] == r.capital);
+    CHECK(uc::combining_class(r.capital) == 0);
+    CHECK_FALSE(uc::is_nonspacing_mark(r.capital));
+    CHECK(bert.split(capital) == Words{lower});
+    CHECK(bert_lower_only.split(capital) == Words{lower});
+    // Already lower-case: unchanged (the reference gives the same character back).
+    CHECK(bert.split(lower) == Words{lower});
+  }
+
+  // Neighbours of the table rows, recorded from the reference the same way: capitals that
+  // utf8proc already maps, small letters, and unassigned code points stay as they should.
+  CHECK(bert.normalize("\ua7d0") == "\ua7d1");                // LATIN CAPITAL LETTER CLOSED INSULAR G (14.0)
+  CHECK(bert.normalize("\ua7dd") == "\ua7dd");                // outside the rows
+  CHECK(bert.normalize("\U00010d4f\U00010d66") == "\U00010d4f\U00010d66");
+  CHECK(bert.normalize("\U00016e9f\U00016eb9\U00016eba") == "\U00016e9f\U00016eb9\U00016eba");
+
+  // In context, with accents to strip, as recorded from the reference.
+  CHECK(bert.split("\u00c0B\ua7cb\u0301\u00c9D\u0264\u030a\ua7cb\u200b") == Words{"ab\u0264ed\u0264\u0264"});
+  CHECK(bert.split("\ua7dc\ua7dc. \ua7dc\u4e2d\ua7dc") == Words{"\u019b\u019b", ".", "\u019b", "\u4e2d", "\u019b"});
+  CHECK(bert.split("\U00010d50\u0323\u0301\u0308-\U00016ea0\u0301") == Words{"\U00010d70", "-", "\U00016ebb"});
 }
