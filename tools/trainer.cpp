@@ -275,6 +275,31 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   double window_tokens = 0, window_time = 0, run_time = 0, run_tokens = 0;
   std::int64_t run_steps = 0;
   double loss_value = NAN;
+  // Each step's loss is read on the host to log it and to stop on NaN/Inf. On the CPU that
+  // is free; on a GPU every read waits for the device, so there the reads are collected
+  // and done once per log interval (and before any evaluation or checkpoint, so a
+  // non-finite loss is still caught before anything is saved).
+  struct PendingLoss {
+    std::int64_t step, epoch;
+    double lr;
+    Tensor loss;
+  };
+  std::vector<PendingLoss> pending;
+  const bool defer_loss_reads = !device.is_cpu();
+  auto flush_losses = [&] {
+    for (const PendingLoss& p : pending) {
+      loss_value = p.loss.item();
+      if (!std::isfinite(loss_value)) {
+        throw std::runtime_error(fmt::format(
+            "train: the loss became {} at step {} (lr {:.3g}); stopping. The last good checkpoint is {} — try a lower --lr "
+            "or stronger --clip",
+            loss_value, p.step, p.lr, fs::exists(last_path) ? last_path : std::string("(none yet)")));
+      }
+      metrics << nlohmann::json{{"step", p.step}, {"epoch", p.epoch}, {"loss", loss_value}, {"lr", p.lr}, {"time", elapsed_before}}.dump()
+              << "\n";
+    }
+    pending.clear();
+  };
   std::int64_t epoch = step / per_epoch;
   std::vector<std::uint32_t> order = batcher.epoch_order(st.seed, static_cast<std::uint64_t>(epoch));
   say(fmt::format("training: {} steps ({} per epoch), batch {} x {}, lr {} (warm-up {}, cosine to {}), AdamW wd {}",
@@ -295,14 +320,8 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     opt.set_lr(lr);
     Tensor logits = model->forward(x);
     Tensor loss = ops::cross_entropy(ops::reshape(logits, {tokens_this_step, -1}), y, data::kIgnoreTarget);
-    loss_value = loss.item();
-    if (!std::isfinite(loss_value)) {
-      throw std::runtime_error(fmt::format(
-          "train: the loss became {} at step {} (lr {:.3g}); stopping. The last good checkpoint is {} — try a lower --lr "
-          "or stronger --clip",
-          loss_value, step, lr, fs::exists(last_path) ? last_path : std::string("(none yet)")));
-    }
     loss.backward();
+    pending.push_back({step + 1, epoch, lr, loss.detach()});
     logits = Tensor();
     loss = Tensor();
     clip_grad_norm(model->parameters(), st.clip);
@@ -316,9 +335,12 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     run_tokens += static_cast<double>(tokens_this_step);
     run_time += dt;
     ++run_steps;
-    metrics << nlohmann::json{{"step", step}, {"epoch", epoch}, {"loss", loss_value}, {"lr", lr}, {"time", elapsed_before}}.dump()
-            << "\n";
-    if (step % st.log_every == 0 || step == total_steps || step == 1) {
+    const bool epoch_end = step % per_epoch == 0;
+    const bool periodic = st.eval_every > 0 && step % st.eval_every == 0;
+    const bool stopping = g_interrupted.load() || (st.stop_after > 0 && run_steps >= st.stop_after && step < total_steps);
+    const bool log_now = step % st.log_every == 0 || step == total_steps || step == 1;
+    if (!defer_loss_reads || log_now || epoch_end || periodic || stopping) flush_losses();
+    if (log_now) {
       const double tps = window_tokens / std::max(window_time, 1e-9);
       const double eta = static_cast<double>(total_steps - step) * (run_time / static_cast<double>(run_steps));
       say(fmt::format("step {:>6}/{}  epoch {}  loss {:.4f}  lr {:.2e}  {:.0f} tok/s  ETA {}", step, total_steps, epoch + 1,
@@ -326,10 +348,8 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
       window_time = window_tokens = 0;
       metrics.flush();
     }
-    const bool epoch_end = step % per_epoch == 0;
-    const bool periodic = st.eval_every > 0 && step % st.eval_every == 0;
     if (epoch_end || periodic || step == total_steps) run_eval(epoch);
-    if (g_interrupted.load() || (st.stop_after > 0 && run_steps >= st.stop_after && step < total_steps)) {
+    if (stopping) {
       save_checkpoint(last_path, true);
       say(fmt::format("interrupted: checkpoint written at step {} to {}; continue with `wedge train --resume --out {}`", step,
                       last_path, out));
