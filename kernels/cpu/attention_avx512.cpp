@@ -24,6 +24,7 @@
 #include "engine/thread_pool.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/simd_avx512.h"
+#include "kernels/cpu/scratch.h"
 
 namespace wedge::kernels::cpu::avx512 {
 namespace {
@@ -32,26 +33,7 @@ constexpr i64 kBlock = 64;  // query rows and keys per tile
 constexpr int kTileVectors = kBlock / 16;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// A per-thread, 64-byte aligned scratch area, grown on demand and kept.
-class Scratch {
- public:
-  ~Scratch() { std::free(data_); }
-  float* get(std::size_t floats) {
-    if (floats > size_) {
-      std::free(data_);
-      data_ = static_cast<float*>(
-          std::aligned_alloc(64, ((floats * sizeof(float)) + 63) & ~std::size_t{63}));
-      if (!data_) throw std::bad_alloc();
-      size_ = floats;
-    }
-    return data_;
-  }
-
- private:
-  float* data_ = nullptr;
-  std::size_t size_ = 0;
-};
-thread_local Scratch t_scratch;
+thread_local ScratchBuffer t_scratch;  // per-thread tiles, kept across calls
 
 // dst[c * dst_stride + r] = src[r * src_stride + c] for r < rows, c < cols, by 16 x 16
 // blocks transposed in registers.

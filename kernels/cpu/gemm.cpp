@@ -26,6 +26,7 @@
 // across runs and across thread counts. Split k is bit-identical across runs with the
 // same thread count.
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/scratch.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -40,26 +41,6 @@ namespace {
 
 i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
 
-// A growable 64-byte-aligned scratch buffer, one per thread and purpose, kept for the
-// life of the thread so GEMM calls never allocate in steady state.
-class ScratchBuffer {
- public:
-  ~ScratchBuffer() { std::free(data_); }
-  float* get(std::size_t floats) {
-    if (floats > capacity_) {
-      std::free(data_);
-      const std::size_t bytes = (floats * sizeof(float) + 4095) & ~std::size_t{4095};
-      data_ = static_cast<float*>(std::aligned_alloc(4096, bytes));
-      if (!data_) throw std::bad_alloc();
-      capacity_ = bytes / sizeof(float);
-    }
-    return data_;
-  }
-
- private:
-  float* data_ = nullptr;
-  std::size_t capacity_ = 0;
-};
 
 thread_local ScratchBuffer t_a_block[2];  // shared A block (double-buffered) or private A
 thread_local ScratchBuffer t_b_block;     // this thread's packed B block

@@ -33,31 +33,15 @@
 #include "engine/thread_pool.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/simd_avx512.h"
+#include "kernels/cpu/scratch.h"
 
 namespace wedge::kernels::cpu::avx512 {
 namespace {
 
 constexpr int kMaxVectors = 4;  // ranks up to 64
 
-// Per-thread storage for the backward's cache of antisymmetric matrices, kept across calls.
-class Scratch {
- public:
-  ~Scratch() { std::free(data_); }
-  float* get(std::size_t floats) {
-    if (floats > size_) {
-      std::free(data_);
-      data_ = static_cast<float*>(std::aligned_alloc(64, floats * sizeof(float)));
-      if (!data_) throw std::bad_alloc();
-      size_ = floats;
-    }
-    return data_;
-  }
-
- private:
-  float* data_ = nullptr;
-  std::size_t size_ = 0;
-};
-thread_local Scratch t_g_cache;
+// Per-thread cache of the backward's antisymmetric matrices, kept across calls.
+thread_local ScratchBuffer t_g_cache;
 
 // A rank-r vector in up to 4 zmm registers (lanes past r are zero).
 struct Vec {
