@@ -17,9 +17,12 @@ const kernels::KernelTable<T>& table_for(const Tensor& t, const char* op) {
   return *table;
 }
 
+// One kernel call updates every parameter of one (dtype, device) group.
 template <typename T>
-void adam_one(const kernels::AdamParams& hp, Tensor& p, const Tensor& g, Tensor& m, Tensor& v) {
-  table_for<T>(p, "adam").adam_update(hp, p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), p.numel());
+void adam_group(const kernels::AdamParams& hp, const std::vector<kernels::AdamSegment<T>>& segments,
+                const Tensor& any) {
+  if (!segments.empty())
+    table_for<T>(any, "adam").adam_update(hp, segments.data(), static_cast<std::int64_t>(segments.size()));
 }
 
 }  // namespace
@@ -33,7 +36,7 @@ Adam::Adam(std::vector<std::pair<std::string, Tensor>> params, AdamConfig config
   }
 }
 
-void Adam::step() {
+void Adam::step(double grad_scale) {
   NoGradGuard no_grad;
   ++step_;
   kernels::AdamParams hp;
@@ -45,12 +48,33 @@ void Adam::step() {
   hp.bc1 = static_cast<float>(1.0 - std::pow(config_.beta1, static_cast<double>(step_)));
   hp.bc2 = static_cast<float>(1.0 - std::pow(config_.beta2, static_cast<double>(step_)));
   hp.decoupled = config_.decoupled;
-  for (Slot& s : slots_) {
-    Tensor g = s.param.grad();
-    if (!g.defined()) continue;
-    g = g.contiguous();
-    if (s.param.dtype() == DType::F32) adam_one<float>(hp, s.param, g, s.m, s.v);
-    else adam_one<double>(hp, s.param, g, s.m, s.v);
+  hp.grad_scale = static_cast<float>(grad_scale);
+  // Parameters are grouped by (device, dtype); each group is one kernel call. The
+  // gradients stay alive in `grads` until the calls are done.
+  std::vector<Tensor> grads;
+  grads.reserve(slots_.size());
+  std::vector<const Tensor*> leads;  // the first parameter of each group
+  for (const Slot& s : slots_) {
+    bool known = false;
+    for (const Tensor* lead : leads) known |= lead->device() == s.param.device() && lead->dtype() == s.param.dtype();
+    if (!known) leads.push_back(&s.param);
+  }
+  for (const Tensor* lead : leads) {
+    std::vector<kernels::AdamSegment<float>> f32;
+    std::vector<kernels::AdamSegment<double>> f64;
+    for (Slot& s : slots_) {
+      if (s.param.device() != lead->device() || s.param.dtype() != lead->dtype()) continue;
+      Tensor g = s.param.grad();
+      if (!g.defined()) continue;
+      grads.push_back(g.contiguous());
+      const Tensor& gc = grads.back();
+      if (lead->dtype() == DType::F32)
+        f32.push_back({s.param.data<float>(), gc.data<float>(), s.m.data<float>(), s.v.data<float>(), s.param.numel()});
+      else
+        f64.push_back({s.param.data<double>(), gc.data<double>(), s.m.data<double>(), s.v.data<double>(), s.param.numel()});
+    }
+    adam_group(hp, f32, *lead);
+    adam_group(hp, f64, *lead);
   }
 }
 
@@ -81,7 +105,7 @@ void Adam::load_state(const std::map<std::string, Tensor>& tensors, std::int64_t
   step_ = step;
 }
 
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+double grad_norm(const std::vector<Tensor>& params) {
   NoGradGuard no_grad;
   // Squares are summed on each gradient's device into one accumulator per (device, dtype),
   // so the norm costs one host round trip per device, not one per parameter.
@@ -98,15 +122,24 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
     g = g.contiguous();
     Tensor& acc = accumulator_for(g);
     if (g.dtype() == DType::F32)
-      table_for<float>(g, "clip_grad_norm").sum_squares(g.data<float>(), g.numel(), acc.data<float>(), true);
+      table_for<float>(g, "grad_norm").sum_squares(g.data<float>(), g.numel(), acc.data<float>(), true);
     else
-      table_for<double>(g, "clip_grad_norm").sum_squares(g.data<double>(), g.numel(), acc.data<double>(), true);
+      table_for<double>(g, "grad_norm").sum_squares(g.data<double>(), g.numel(), acc.data<double>(), true);
   }
   double total = 0.0;
   for (const Tensor& a : accumulators) total += a.item();
-  const double norm = std::sqrt(total);
-  if (std::isfinite(norm) && norm > max_norm && norm > 0) {
-    const double scale = max_norm / (norm + 1e-6);
+  return std::sqrt(total);
+}
+
+double clip_scale(double norm, double max_norm) {
+  return std::isfinite(norm) && norm > max_norm && norm > 0 ? max_norm / (norm + 1e-6) : 1.0;
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  NoGradGuard no_grad;
+  const double norm = grad_norm(params);
+  const double scale = clip_scale(norm, max_norm);
+  if (scale != 1.0) {
     for (const Tensor& p : params) {
       Tensor g = p.grad();
       if (!g.defined()) continue;

@@ -1,7 +1,7 @@
 // Optimizers (Adam, AdamW), gradient clipping by global norm and learning-rate schedules.
 //
-// The update itself is one kernel call per parameter (KernelTable::adam_update); this
-// file keeps the state (first/second moments and the step count) and the bookkeeping
+// The update itself is one kernel call for all parameters of a device and dtype
+// (KernelTable::adam_update, one vectorised pass); this file keeps the state (first/second moments and the step count) and the bookkeeping
 // that makes a run resumable: state_tensors() / load_state() name every moment tensor
 // after its parameter so a safetensors checkpoint can hold it.
 #pragma once
@@ -30,8 +30,10 @@ class Adam {
   // params: (name, tensor) pairs, e.g. Module::named_parameters().
   Adam(std::vector<std::pair<std::string, Tensor>> params, AdamConfig config);
   // One update of every parameter that has a gradient. Bias correction uses the step
-  // count after increment (t = 1 on the first step).
-  void step();
+  // count after increment (t = 1 on the first step). Every gradient is multiplied by
+  // grad_scale first (clip_scale's factor: clipping inside the update's one pass,
+  // without rewriting the gradients).
+  void step(double grad_scale = 1.0);
   void zero_grad();
   void set_lr(double lr) { config_.lr = lr; }
   double lr() const { return config_.lr; }
@@ -52,8 +54,14 @@ class Adam {
   std::int64_t step_ = 0;
 };
 
+// The global L2 norm of all gradients (parameters without one are skipped).
+double grad_norm(const std::vector<Tensor>& params);
+// The factor that brings a gradient norm down to max_norm (1 when it is already under it
+// or is not finite — a NaN loss is the trainer's to report, not clipping's to hide).
+double clip_scale(double norm, double max_norm);
 // Scales all gradients so their global L2 norm is at most max_norm; returns the norm
-// before clipping. Parameters without a gradient are skipped.
+// before clipping. (A training loop can instead pass clip_scale(grad_norm(...)) to
+// Adam::step, which avoids rewriting the gradients.)
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 
 // Learning-rate schedules: lr(step) for step = 0, 1, ...

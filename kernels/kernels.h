@@ -26,7 +26,16 @@ using i64 = std::int64_t;
 // op(A_b) is m x k, op(B_b) is k x n, C_b is m x n with leading dimension ldc.
 // A_b = a + b * stride_a (stride 0 broadcasts one matrix over the batch), same for B, C.
 // When beta == 0, C is written without being read (it may hold NaNs).
+//
+// The epilogue (a linear layer's bias and activation, fused so that C is written once):
+// per element, after the whole sum above,
+//   h = alpha * op(A) op(B) + beta * C  (+ bias[j] when bias != null: n values, shared by
+//                                         every row and every matrix of the batch)
+//   act == None: C = h
+//   act == Gelu: aux = h (aux is laid out like C: ldc, stride_c), C = gelu(h), the exact
+//                erf form (so the backward, bias_act_backward, can use h)
 enum class Trans : std::uint8_t { N, T };
+enum class Activation : std::uint8_t { None, Gelu };
 template <typename T>
 struct GemmArgs {
   Trans trans_a = Trans::N, trans_b = Trans::N;
@@ -36,6 +45,10 @@ struct GemmArgs {
   const T* b = nullptr; i64 ldb = 0; i64 stride_b = 0;
   T* c = nullptr;       i64 ldc = 0; i64 stride_c = 0;
   i64 batch = 1;
+  const T* bias = nullptr;
+  Activation act = Activation::None;
+  T* aux = nullptr;
+  bool has_epilogue() const { return bias != nullptr || act != Activation::None; }
 };
 
 // ---------------------------------------------------------------------------------
@@ -86,9 +99,21 @@ enum class ReduceOp : std::uint8_t { Sum, Max };
 //   p -= lr * ( (m/bc1) / (sqrt(v/bc2) + eps) + wd * p )     (wd = 0 gives Adam)
 // With adam_l2 (plain Adam with weight decay as L2): g += wd * p first, and no decoupled
 // term.
+// grad_scale multiplies every gradient before anything else (gradient-norm clipping
+// folded into the update, so the gradients are read once and never rewritten).
 struct AdamParams {
   float lr, beta1, beta2, eps, weight_decay, bc1, bc2;
   bool decoupled = true;
+  float grad_scale = 1.0f;
+};
+// One parameter tensor of an update: n contiguous elements of param, grad, m and v.
+template <typename T>
+struct AdamSegment {
+  T* param = nullptr;
+  const T* grad = nullptr;
+  T* m = nullptr;
+  T* v = nullptr;
+  i64 n = 0;
 };
 
 // ---------------------------------------------------------------------------------
@@ -96,8 +121,14 @@ struct AdamParams {
 // kernel for this" and the op reports it.
 template <typename T>
 struct KernelTable {
-  // y = alpha * op(A) op(B) + beta * C
+  // y = alpha * op(A) op(B) + beta * C, then the epilogue (bias, activation)
   void (*gemm)(const GemmArgs<T>& args) = nullptr;
+  // The backward of the GEMM epilogue over (rows, n), contiguous:
+  //   act == Gelu: gh = gy * gelu'(aux) (aux = the h the forward kept); gh may alias gy.
+  //   act == None: gh = gy, and gh is not written (it may be null).
+  //   gbias[j] = sum over i of gh[i, j], added in increasing i (when gbias != null).
+  void (*bias_act_backward)(Activation act, const T* aux, const T* gy, i64 rows, i64 n,
+                            T* gh, T* gbias) = nullptr;
 
   // y[i] = value
   void (*fill)(T* y, T value, i64 n) = nullptr;
@@ -186,9 +217,12 @@ struct KernelTable {
                                 const std::int32_t* offsets, i64 m, T eps, const T* norms,
                                 const T* gout, T* gz) = nullptr;
 
-  // One AdamW/Adam update over n contiguous parameters (see AdamParams).
-  void (*adam_update)(const AdamParams& hp, T* param, const T* grad, T* m, T* v,
-                      i64 n) = nullptr;
+  // One AdamW/Adam update of every parameter of a model at once (see AdamParams):
+  // `segments` (host memory, `count` entries) lists the tensors; the pointers in them are
+  // device memory. One pass: the work is split over the total element count, not tensor by
+  // tensor, so a model's many small biases cost no more than their size.
+  void (*adam_update)(const AdamParams& hp, const AdamSegment<T>* segments,
+                      i64 count) = nullptr;
   // *out = sum(x^2) (accumulates into *out when accumulate, else overwrites), fixed order.
   void (*sum_squares)(const T* x, i64 n, T* out, bool accumulate) = nullptr;
 };

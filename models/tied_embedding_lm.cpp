@@ -34,7 +34,7 @@ FeedForward::FeedForward(std::int64_t d_model, std::int64_t d_ff, Generator& ini
       w2_(register_module("w2", std::make_shared<nn::Linear>(d_ff, d_model, init))) {}
 
 Tensor FeedForward::forward(const Tensor& h) const {
-  return w2_.forward(ops::gelu(w1_.forward(h)));
+  return w2_.forward(w1_.forward_gelu(h));
 }
 
 TiedEmbeddingLM::TiedEmbeddingLM(const LMConfig& config)

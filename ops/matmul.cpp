@@ -130,61 +130,100 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   });
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  check_floating("linear", x, "x");
-  check_floating("linear", weight, "weight");
-  check_same("linear", {x, weight, bias});
-  if (weight.dim() != 2) fail("linear", "weight must be (out, in), got " + shape_str(weight.shape()));
+namespace {
+
+void check_linear(const std::string& op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_floating(op, x, "x");
+  check_floating(op, weight, "weight");
+  check_same(op, {x, weight, bias});
+  if (weight.dim() != 2) fail(op, "weight must be (out, in), got " + shape_str(weight.shape()));
   if (x.dim() < 1 || x.size(-1) != weight.size(1))
-    fail("linear", "input " + shape_str(x.shape()) + " does not end in in_features " + std::to_string(weight.size(1)) +
-                       " of weight " + shape_str(weight.shape()));
+    fail(op, "input " + shape_str(x.shape()) + " does not end in in_features " + std::to_string(weight.size(1)) +
+                 " of weight " + shape_str(weight.shape()));
   if (bias.defined() && (bias.dim() != 1 || bias.size(0) != weight.size(0)))
-    fail("linear", "bias " + shape_str(bias.shape()) + " does not match out_features " + std::to_string(weight.size(0)));
+    fail(op, "bias " + shape_str(bias.shape()) + " does not match out_features " + std::to_string(weight.size(0)));
+}
+
+// out = act(x W^T + b) as ONE GEMM whose epilogue adds the bias and applies the
+// activation while each tile of the output is in cache; under GELU, `aux` receives the
+// pre-activation (for backward). x2 and w are contiguous.
+void linear_forward(const std::string& op, const Tensor& x2, const Tensor& w, const Tensor& bias,
+                    kernels::Activation act, Tensor& out, Tensor& aux) {
+  const std::int64_t in = w.size(1), outf = w.size(0);
+  const std::int64_t rows = x2.numel() / std::max<std::int64_t>(in, 1);
+  if (out.numel() == 0) return;
+  Tensor b = bias.defined() ? bias.contiguous() : Tensor();
+  dispatch_float(op, x2, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::GemmArgs<T> g;
+    g.trans_a = kernels::Trans::N;
+    g.trans_b = kernels::Trans::T;
+    g.m = rows;
+    g.n = outf;
+    g.k = in;
+    g.a = x2.data<T>();
+    g.lda = std::max<std::int64_t>(in, 1);
+    g.b = w.data<T>();
+    g.ldb = std::max<std::int64_t>(in, 1);
+    g.c = out.data<T>();
+    g.ldc = outf;
+    g.bias = b.defined() ? b.data<T>() : nullptr;
+    g.act = act;
+    g.aux = aux.defined() ? aux.data<T>() : nullptr;
+    need(op, table<T>(op, x2).gemm, x2)(g);
+  });
+}
+
+// The epilogue's backward on g2 (rows, outf): gh (= g2 without an activation) and the
+// bias gradient, in one pass.
+std::pair<Tensor, Tensor> epilogue_backward(const std::string& op, kernels::Activation act, const Tensor& aux,
+                                            const Tensor& g2, bool has_bias) {
+  const std::int64_t rows = g2.size(0), outf = g2.size(1);
+  Tensor gy = g2.contiguous();
+  Tensor gh = act == kernels::Activation::None ? gy : Tensor::empty(gy.shape(), gy.dtype(), gy.device());
+  Tensor gb = has_bias ? Tensor::empty({outf}, gy.dtype(), gy.device()) : Tensor();
+  if (act != kernels::Activation::None || has_bias) {
+    dispatch_float(op, gy, [&](auto tag) {
+      using T = decltype(tag);
+      need(op, table<T>(op, gy).bias_act_backward, gy)(
+          act, aux.defined() ? aux.data<T>() : nullptr, gy.data<T>(), rows, outf,
+          act == kernels::Activation::None ? nullptr : gh.data<T>(), has_bias ? gb.data<T>() : nullptr);
+    });
+  }
+  return {gh, gb};
+}
+
+Tensor linear_act(const std::string& op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                  kernels::Activation act) {
+  check_linear(op, x, weight, bias);
   const std::int64_t in = weight.size(1), outf = weight.size(0);
   Tensor x2 = x.contiguous();
-  const std::int64_t rows = x2.numel() / std::max<std::int64_t>(in, 1);
   Shape out_shape = x.shape();
   out_shape.back() = outf;
   Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
+  Tensor aux = act == kernels::Activation::None ? Tensor() : Tensor::empty(out_shape, x.dtype(), x.device());
   Tensor w = weight.contiguous();
-  if (out.numel() > 0) {
-    // y = bias (broadcast over rows), then y += x W^T in the same GEMM (beta = 1).
-    if (bias.defined()) {
-      Tensor rows_view = out.as_strided({rows, outf}, {outf, 1}, 0);
-      rows_view.copy_(bias.as_strided({rows, outf}, {0, bias.strides()[0]}, bias.offset()));
-    }
-    dispatch_float("linear", x, [&](auto tag) {
-      using T = decltype(tag);
-      kernels::GemmArgs<T> g;
-      g.trans_a = kernels::Trans::N;
-      g.trans_b = kernels::Trans::T;
-      g.m = rows;
-      g.n = outf;
-      g.k = in;
-      g.beta = bias.defined() ? T(1) : T(0);
-      g.a = x2.data<T>();
-      g.lda = std::max<std::int64_t>(in, 1);
-      g.b = w.data<T>();
-      g.ldb = std::max<std::int64_t>(in, 1);
-      g.c = out.data<T>();
-      g.ldc = outf;
-      if (in == 0) {
-        if (!bias.defined()) out.fill_(0.0);
-        return;
-      }
-      need("linear", table<T>("linear", x).gemm, x)(g);
-    });
-  }
+  linear_forward(op, x2, w, bias, act, out, aux);
   const bool has_bias = bias.defined();
-  return record_op(out, "linear", {x, weight, bias},
-                   [sx = saved(x2), sw = saved(w), has_bias, in, outf](const Tensor& g) -> std::vector<Tensor> {
-                     Tensor g2 = reshape(g, {-1, outf});
+  return record_op(out, op, {x, weight, bias},
+                   [op, sx = saved(x2), sw = saved(w), saux = saved(aux), act, has_bias, in,
+                    outf](const Tensor& g) -> std::vector<Tensor> {
+                     auto [gh, gb] = epilogue_backward(op, act, saux, reshape(g, {-1, outf}), has_bias);
                      Tensor x2 = reshape(sx, {-1, in});
-                     Tensor gx = reshape(matmul(g2, sw), sx.shape());          // dX = dY W
-                     Tensor gw = matmul(transpose(g2, 0, 1), x2);              // dW = dY^T X
-                     Tensor gb = has_bias ? sum(g2, {0}, false) : Tensor();    // db = sum_rows dY
-                     return {gx, gw, gb};
+                     Tensor gx = reshape(matmul(gh, sw), sx.shape());  // dX = dH W
+                     Tensor gw = matmul(transpose(gh, 0, 1), x2);      // dW = dH^T X
+                     return {gx, gw, gb};                               // db = sum_rows dH
                    });
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return linear_act("linear", x, weight, bias, kernels::Activation::None);
+}
+
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return linear_act("linear_gelu", x, weight, bias, kernels::Activation::Gelu);
 }
 
 }  // namespace wedge::ops

@@ -17,6 +17,8 @@ class Linear : public Module {
   Linear(std::int64_t in, std::int64_t out, Generator& gen, bool bias = true,
          double init_std = 0.02);
   Tensor forward(const Tensor& x) const { return ops::linear(x, weight, bias); }
+  // gelu(forward(x)), with the bias and GELU fused into the GEMM (ops::linear_gelu).
+  Tensor forward_gelu(const Tensor& x) const { return ops::linear_gelu(x, weight, bias); }
   Tensor weight, bias;  // bias undefined when constructed without
 };
 

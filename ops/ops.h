@@ -22,6 +22,10 @@ namespace wedge::ops {
 Tensor matmul(const Tensor& a, const Tensor& b);
 // x (..., in), weight (out, in), bias (out) or undefined -> (..., out).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// gelu(linear(x, W, b)) as one fused op: the GEMM's epilogue adds the bias and applies
+// GELU (the exact erf form) while the output tile is in cache; backward forms gelu' and the
+// bias gradient in one pass.
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 // ---- element-wise (broadcasting, numpy rules) ---------------------------------------
 Tensor add(const Tensor& a, const Tensor& b);

@@ -223,8 +223,7 @@ void register_bench_step(CLI::App& app) {
       const auto t0 = std::chrono::steady_clock::now();
       Tensor loss = ops::cross_entropy(ops::reshape(model->forward(x), {B * L, V}), ops::reshape(y, {B * L}));
       loss.backward();
-      clip_grad_norm(model->parameters(), 1.0);
-      opt.step();
+      opt.step(clip_scale(grad_norm(model->parameters()), 1.0));
       opt.zero_grad();
       const double loss_value = loss.item();  // also waits for the device to finish the step
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -324,8 +324,8 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     pending.push_back({step + 1, epoch, lr, loss.detach()});
     logits = Tensor();
     loss = Tensor();
-    clip_grad_norm(model->parameters(), st.clip);
-    opt.step();
+    // Clipping is folded into the update: one norm, then one pass over the parameters.
+    opt.step(clip_scale(grad_norm(model->parameters()), st.clip));
     opt.zero_grad();
     ++step;
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();

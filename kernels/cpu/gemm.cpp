@@ -29,6 +29,7 @@
 #include "kernels/cpu/scratch.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -55,6 +56,11 @@ struct MatrixProblem {
   i64 b_row_stride, b_col_stride;  // element (p, j) of op(B)
   float* c;
   i64 ldc;
+  // The epilogue: applied to each tile of C right after its last k slice.
+  const float* bias;
+  Activation act;
+  float* aux;
+  bool has_epilogue() const { return bias != nullptr || act != Activation::None; }
 };
 
 MatrixProblem matrix_of_batch(const GemmArgs<float>& g, i64 index) {
@@ -68,6 +74,9 @@ MatrixProblem matrix_of_batch(const GemmArgs<float>& g, i64 index) {
   p.b = g.b + index * g.stride_b;
   p.c = g.c + index * g.stride_c;
   p.ldc = g.ldc;
+  p.bias = g.bias;
+  p.act = g.act;
+  p.aux = g.aux == nullptr ? nullptr : g.aux + index * g.stride_c;
   if (g.trans_a == Trans::N) {
     p.a_row_stride = g.lda;
     p.a_col_stride = 1;
@@ -93,6 +102,21 @@ void scale_c(float* c, i64 ldc, i64 m, i64 n, float beta) {
       std::memset(row, 0, static_cast<std::size_t>(n) * sizeof(float));
     else if (beta != 1.0f)
       for (i64 j = 0; j < n; ++j) row[j] *= beta;
+  }
+}
+
+// The epilogue of rows [row0, row0 + rows) x columns [col0, col1) of C, tile by tile
+// (C already holds the whole product).
+void finish_rows(const SgemmMicroKernel& mk, const MatrixProblem& pr, i64 row0, i64 rows, i64 col0,
+                 i64 col1) {
+  for (i64 i = row0; i < row0 + rows; i += mk.mr) {
+    const int m_valid = static_cast<int>(std::min<i64>(mk.mr, row0 + rows - i));
+    for (i64 j = col0; j < col1; j += mk.nr) {
+      const int n_valid = static_cast<int>(std::min<i64>(mk.nr, col1 - j));
+      mk.epilogue(pr.c + i * pr.ldc + j, pr.ldc, m_valid, n_valid,
+                  pr.bias == nullptr ? nullptr : pr.bias + j, pr.act,
+                  pr.aux == nullptr ? nullptr : pr.aux + i * pr.ldc + j);
+    }
   }
 }
 
@@ -126,6 +150,7 @@ void compute_block(const SgemmMicroKernel& mk, const GemmBlocking& blk, const Ma
   const i64 next_kc =
       col1 - col0 <= blk.nc ? worth_prefetching(col1 - col0, std::min(blk.kc, pr.k - p0 - kc)) : 0;
   float* b_block = t_b_block.get(static_cast<std::size_t>(b_floats));
+  const bool last_slice = pr.has_epilogue() && p0 + kc == pr.k;
   for (i64 jc = col0; jc < col1; jc += blk.nc) {
     const i64 nc = std::min(blk.nc, col1 - jc);
     const i64 b_panels = ceil_div(nc, mk.nr);
@@ -141,6 +166,10 @@ void compute_block(const SgemmMicroKernel& mk, const GemmBlocking& blk, const Ma
         const int n_valid = static_cast<int>(std::min<i64>(mk.nr, col1 - j));
         mk.kernel(kc, a_panel, b_block + bpanel * mk.nr * kc, c_row + j, pr.ldc, m_valid, n_valid,
                   pr.alpha, beta);
+        if (last_slice) {
+          mk.epilogue(c_row + j, pr.ldc, m_valid, n_valid, pr.bias == nullptr ? nullptr : pr.bias + j,
+                      pr.act, pr.aux == nullptr ? nullptr : pr.aux + (row0 + i) * pr.ldc + j);
+        }
       }
     }
   }
@@ -177,6 +206,7 @@ void matrix_rows_streaming(const SgemmMicroKernel& mk, const GemmBlocking& blk,
   for (i64 p0 = 0; p0 < pr.k; p0 += blk.kc) {
     const i64 kc = std::min(blk.kc, pr.k - p0);
     const float beta = p0 == 0 ? pr.beta : 1.0f;
+    const bool last_slice = pr.has_epilogue() && p0 + kc == pr.k;
     float* b_block = t_b_block.get(static_cast<std::size_t>(b_panels * mk.nr * kc));
     mk.pack_b(pr.b + p0 * pr.b_row_stride, pr.b_row_stride, pr.b_col_stride, kc, 0, pr.n, b_block);
     float* a_panel = t_a_block[0].get(static_cast<std::size_t>(mk.mr * kc));
@@ -189,8 +219,13 @@ void matrix_rows_streaming(const SgemmMicroKernel& mk, const GemmBlocking& blk,
       for (i64 bp = 0; bp < b_panels; ++bp) {
         prefetch_a_panel(mk, pr, row0 + i + mk.mr, rows - i - mk.mr, p0, kc, bp, b_panels);
         const i64 j = bp * mk.nr;
-        mk.kernel(kc, a_panel, b_block + bp * mk.nr * kc, c_row + j, pr.ldc, m_valid,
-                  static_cast<int>(std::min<i64>(mk.nr, pr.n - j)), pr.alpha, beta);
+        const int n_valid = static_cast<int>(std::min<i64>(mk.nr, pr.n - j));
+        mk.kernel(kc, a_panel, b_block + bp * mk.nr * kc, c_row + j, pr.ldc, m_valid, n_valid,
+                  pr.alpha, beta);
+        if (last_slice) {
+          mk.epilogue(c_row + j, pr.ldc, m_valid, n_valid, pr.bias == nullptr ? nullptr : pr.bias + j,
+                      pr.act, pr.aux == nullptr ? nullptr : pr.aux + (row0 + i) * pr.ldc + j);
+        }
       }
     }
   }
@@ -269,6 +304,8 @@ void matrix_split_k(const SgemmMicroKernel& mk, const GemmBlocking& blk, const M
   const i64 first = slices * tid / team * blk.kc;
   const i64 last = std::min(pr.k, slices * (tid + 1) / team * blk.kc);
   MatrixProblem mine = pr;
+  mine.bias = nullptr;  // the epilogue runs once the partial products are summed
+  mine.act = Activation::None;
   mine.a = pr.a + first * pr.a_col_stride;
   mine.b = pr.b + first * pr.b_row_stride;
   mine.k = last - first;
@@ -290,9 +327,24 @@ void matrix_split_k(const SgemmMicroKernel& mk, const GemmBlocking& blk, const M
       for (i64 j = 0; j < pr.n; ++j) c_row[j] += part[j];
     }
   }
+  if (pr.has_epilogue()) finish_rows(mk, pr, row0, row1 - row0, 0, pr.n);
 }
 
 }  // namespace
+
+void tile_epilogue_scalar(float* c, i64 ldc, int m_valid, int n_valid, const float* bias,
+                          Activation act, float* aux) {
+  for (int i = 0; i < m_valid; ++i) {
+    for (int j = 0; j < n_valid; ++j) {
+      float h = c[i * ldc + j] + (bias != nullptr ? bias[j] : 0.0f);
+      if (act == Activation::Gelu) {
+        aux[i * ldc + j] = h;
+        h = h * 0.5f * std::erfc(-h * 0.70710678118654752440f);
+      }
+      c[i * ldc + j] = h;
+    }
+  }
+}
 
 GemmBlocking default_blocking(const SgemmMicroKernel& mk) {
   GemmBlocking blk;
@@ -309,7 +361,9 @@ void sgemm_packed(const SgemmMicroKernel& mk, const GemmBlocking& blk, const Gem
   if (args.m <= 0 || args.n <= 0 || args.batch <= 0) return;
   if (args.k <= 0 || args.alpha == 0.0f) {
     for (i64 b = 0; b < args.batch; ++b) {
-      scale_c(args.c + b * args.stride_c, args.ldc, args.m, args.n, args.beta);
+      const MatrixProblem pr = matrix_of_batch(args, b);
+      scale_c(pr.c, pr.ldc, pr.m, pr.n, pr.beta);
+      if (pr.has_epilogue()) finish_rows(mk, pr, 0, pr.m, 0, pr.n);
     }
     return;
   }

@@ -36,7 +36,16 @@ struct SgemmMicroKernel {
   // is b[p * row_stride + c * col_stride]; one stride is 1.
   void (*pack_b)(const float* b, i64 row_stride, i64 col_stride, i64 kc, i64 next_kc, i64 cols,
                  float* out);
+  // The GEMM epilogue (kernels.h) on one finished m_valid x n_valid tile while it is still
+  // in L1: c += bias[j] (bias may be null); under GELU aux = c, c = gelu(c). bias points
+  // at the tile's first column, aux at the tile's origin (aux shares C's ldc).
+  void (*epilogue)(float* c, i64 ldc, int m_valid, int n_valid, const float* bias,
+                   Activation act, float* aux);
 };
+
+// A portable epilogue (scalar loops), for micro-kernels without a vector one.
+void tile_epilogue_scalar(float* c, i64 ldc, int m_valid, int n_valid, const float* bias,
+                          Activation act, float* aux);
 
 // Cache blocking: kc columns of A / rows of B per pass (the panels' depth), mc rows of A
 // packed together and shared by the threads, nc columns of B packed per thread (sized to

@@ -227,11 +227,33 @@ void pack_b_32(const float* b, i64 row_stride, i64 col_stride, i64 kc, i64 next_
   }
 }
 
+// The epilogue on a finished tile (still in L1): bias, then GELU keeping h in aux.
+void epilogue_14x32(float* c, i64 ldc, int m_valid, int n_valid, const float* bias, Activation act,
+                    float* aux) {
+  const __mmask16 mask[kVectors] = {first_lanes(n_valid), first_lanes(n_valid - 16)};
+  __m512 b[kVectors];
+  for (int j = 0; j < kVectors; ++j)
+    b[j] = bias == nullptr ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask[j], bias + 16 * j);
+  for (int i = 0; i < m_valid; ++i) {
+    for (int j = 0; j < kVectors; ++j) {
+      if (mask[j] == 0) continue;
+      float* at = c + i * ldc + 16 * j;
+      __m512 h = _mm512_add_ps(_mm512_maskz_loadu_ps(mask[j], at), b[j]);
+      if (act == Activation::Gelu) {
+        _mm512_mask_storeu_ps(aux + i * ldc + 16 * j, mask[j], h);
+        h = avx512::gelu_ps(h);
+      }
+      _mm512_mask_storeu_ps(at, mask[j], h);
+    }
+  }
+}
+
 }  // namespace
 
 const SgemmMicroKernel& sgemm_avx512_microkernel() {
   static const SgemmMicroKernel kernel{"avx512 14x32",     kMr,       kNr,
-                                       sgemm_kernel_14x32, pack_a_14, pack_b_32};
+                                       sgemm_kernel_14x32, pack_a_14, pack_b_32,
+                                       epilogue_14x32};
   return kernel;
 }
 

@@ -15,6 +15,7 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/ref/ref.h"
 
 namespace wedge::kernels {
 
@@ -83,6 +84,7 @@ void blas_gemm(const GemmArgs<T>& g, Call call) {
   if (g.m <= 0 || g.n <= 0) return;
   if (g.k <= 0) {  // C = beta C; cblas would want lda >= 1 on an empty operand
     for (i64 b = 0; b < g.batch; ++b) scale_matrix(g.c + b * g.stride_c, g.ldc, g.m, g.n, g.beta);
+    ref::gemm_epilogue(g);
     return;
   }
   sync_openblas_threads();
@@ -96,15 +98,48 @@ void blas_gemm(const GemmArgs<T>& g, Call call) {
          static_cast<int>(lda), g.b + b * g.stride_b, static_cast<int>(ldb), g.beta,
          g.c + b * g.stride_c, static_cast<int>(ldc));
   }
+  ref::gemm_epilogue(g);  // OpenBLAS has no epilogue: one more pass over C
 }
 
 }  // namespace
 
-void sgemm_openblas(const GemmArgs<float>& g) {
+namespace {
+
+// The float epilogue after OpenBLAS: the micro-kernel's vector epilogue, tile by tile,
+// threaded over rows (the reference pass would dominate a GELU layer's time).
+void sgemm_epilogue_pass(const GemmArgs<float>& g) {
+  const cpu::SgemmMicroKernel* mk = cpu::best_sgemm_microkernel();
+  if (mk == nullptr) {
+    ref::gemm_epilogue(g);
+    return;
+  }
+  for (i64 b = 0; b < g.batch; ++b) {
+    float* c = g.c + b * g.stride_c;
+    float* aux = g.aux == nullptr ? nullptr : g.aux + b * g.stride_c;
+    parallel_for(0, g.m, 64, [&](i64 r0, i64 r1) {
+      for (i64 i = r0; i < r1; i += mk->mr) {
+        const int rows = static_cast<int>(std::min<i64>(mk->mr, r1 - i));
+        for (i64 j = 0; j < g.n; j += mk->nr) {
+          mk->epilogue(c + i * g.ldc + j, g.ldc, rows, static_cast<int>(std::min<i64>(mk->nr, g.n - j)),
+                       g.bias == nullptr ? nullptr : g.bias + j, g.act,
+                       aux == nullptr ? nullptr : aux + i * g.ldc + j);
+        }
+      }
+    });
+  }
+}
+
+}  // namespace
+
+void sgemm_openblas(const GemmArgs<float>& args) {
+  GemmArgs<float> g = args;
+  g.bias = nullptr;
+  g.act = Activation::None;
   blas_gemm(g, [](CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
                   const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc) {
     cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   });
+  if (args.has_epilogue()) sgemm_epilogue_pass(args);
 }
 
 void dgemm_openblas(const GemmArgs<double>& g) {

@@ -33,7 +33,9 @@ void fill(float* y, float value, i64 n);
 void unary(UnaryOp op, float param, const float* x, float* y, i64 n);
 void unary_backward(UnaryOp op, float param, const float* x, const float* y, const float* gy,
                     float* gx, i64 n, bool accumulate);
-void adam_update(const AdamParams& hp, float* param, const float* grad, float* m, float* v, i64 n);
+void adam_update(const AdamParams& hp, const AdamSegment<float>* segments, i64 count);
+void bias_act_backward(Activation act, const float* aux, const float* gy, i64 rows, i64 n, float* gh,
+                       float* gbias);
 void plucker_mean_forward(const float* z, i64 B, i64 L, i64 r, const std::int32_t* offsets, i64 m,
                           float eps, float* out, float* norms);
 void plucker_mean_backward(const float* z, i64 B, i64 L, i64 r, const std::int32_t* offsets, i64 m,

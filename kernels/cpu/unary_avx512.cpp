@@ -3,12 +3,7 @@
 // add/mul, neg, abs) are vectorised here; log, tanh and pow keep the reference loop (they
 // are rare, and a vector version accurate enough to stand in for libm is not worth its
 // length here).
-//
-// GELU is the exact one, x Phi(x) = x erfc(-x / sqrt 2) / 2, with erfc from the
-// Chebyshev fit in Numerical Recipes (fractional error below 1.2e-7 for every argument,
-// including the far tail, where 1 - erf(x) would cancel):
-//   erfc(z) = t exp(-z^2 - 1.26551223 + t (1.00002368 + t (0.37409196 + ... ))),
-//   t = 1 / (1 + z / 2),   z >= 0;   erfc(-z) = 2 - erfc(z).
+// GELU is the exact one (gelu_ps in simd_avx512.h).
 #include <cmath>
 
 #include "engine/thread_pool.h"
@@ -19,36 +14,6 @@ namespace wedge::kernels::cpu::avx512 {
 namespace {
 
 constexpr i64 kGrain = 1 << 14;
-
-// erfc(z) for z >= 0.
-inline __m512 erfc_nonnegative(__m512 z) {
-  const __m512 t = _mm512_div_ps(_mm512_set1_ps(1.0f),
-                                 _mm512_fmadd_ps(_mm512_set1_ps(0.5f), z, _mm512_set1_ps(1.0f)));
-  static constexpr float c[] = {0.17087277f, -0.82215223f, 1.48851587f, -1.13520398f,
-                                0.27886807f, -0.18628806f, 0.09678418f, 0.37409196f,
-                                1.00002368f, -1.26551223f};
-  __m512 poly = _mm512_set1_ps(c[0]);
-  for (int i = 1; i < 10; ++i) poly = _mm512_fmadd_ps(poly, t, _mm512_set1_ps(c[i]));
-  // exponent = -z^2 + poly
-  const __m512 exponent = _mm512_fnmadd_ps(z, z, poly);
-  return _mm512_mul_ps(t, exp_ps(exponent));
-}
-
-// erfc for any sign.
-inline __m512 erfc_ps(__m512 z) {
-  const __m512 az = _mm512_abs_ps(z);
-  const __m512 e = erfc_nonnegative(az);
-  const __mmask16 negative = _mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_LT_OQ);
-  return _mm512_mask_sub_ps(e, negative, _mm512_set1_ps(2.0f), e);
-}
-
-constexpr float kInvSqrt2 = 0.70710678118654752440f;
-constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
-
-// Phi(x) = erfc(-x / sqrt 2) / 2
-inline __m512 normal_cdf(__m512 x) {
-  return _mm512_mul_ps(_mm512_set1_ps(0.5f), erfc_ps(_mm512_mul_ps(x, _mm512_set1_ps(-kInvSqrt2))));
-}
 
 // sigmoid without overflow: e = exp(-|x|); x >= 0: 1 / (1 + e), x < 0: e / (1 + e).
 inline __m512 sigmoid_ps(__m512 x) {
@@ -71,7 +36,7 @@ inline __m512 apply(UnaryOp op, __m512 x, __m512 param) {
     case UnaryOp::Relu:  // NaN > 0 is false: NaN maps to 0, as in the reference
       return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ), x);
     case UnaryOp::Gelu:
-      return _mm512_mul_ps(x, normal_cdf(x));
+      return gelu_ps(x);
     case UnaryOp::AddScalar:
       return _mm512_add_ps(x, param);
     case UnaryOp::MulScalar:
@@ -97,12 +62,8 @@ inline __m512 derivative(UnaryOp op, __m512 x, __m512 y, __m512 param) {
       return _mm512_mul_ps(y, _mm512_sub_ps(one, y));
     case UnaryOp::Relu:
       return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, zero, _CMP_GT_OQ), one);
-    case UnaryOp::Gelu: {  // Phi(x) + x phi(x)
-      const __m512 pdf =
-          _mm512_mul_ps(_mm512_set1_ps(kInvSqrt2Pi),
-                        exp_ps(_mm512_mul_ps(_mm512_set1_ps(-0.5f), _mm512_mul_ps(x, x))));
-      return _mm512_fmadd_ps(x, pdf, normal_cdf(x));
-    }
+    case UnaryOp::Gelu:
+      return gelu_derivative_ps(x);
     case UnaryOp::AddScalar:
       return one;
     case UnaryOp::MulScalar:

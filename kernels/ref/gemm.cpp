@@ -1,8 +1,32 @@
 // Batched matrix multiply, the textbook triple loop:
 //   C_b[i,j] = alpha * sum_p op(A_b)[i,p] * op(B_b)[p,j] + beta * C_b[i,j]
+// followed by the epilogue of a linear layer (kernels.h): + bias[j], then GELU keeping
+// the pre-activation in aux. bias_act_backward is the epilogue's backward.
+#include <cmath>
+
 #include "kernels/ref/ref.h"
 
 namespace wedge::kernels::ref {
+
+namespace {
+
+acc_t normal_cdf(acc_t x) { return 0.5 * (1.0 + std::erf(x * 0.70710678118654752440)); }
+acc_t normal_pdf(acc_t x) { return 0.39894228040143267794 * std::exp(-0.5 * x * x); }
+
+// Writes h (bias already added) to C — and to aux, with C = gelu(h), under GELU.
+template <typename T>
+void store_epilogue(const GemmArgs<T>& g, i64 b, i64 i, i64 j, acc_t h) {
+  const i64 at = b * g.stride_c + i * g.ldc + j;
+  if (g.act == Activation::Gelu) {
+    g.aux[at] = T(h);
+    h = acc_t(T(h));  // the backward sees the stored h, so the forward uses it too
+    g.c[at] = T(h * normal_cdf(h));
+  } else {
+    g.c[at] = T(h);
+  }
+}
+
+}  // namespace
 
 template <typename T>
 void gemm(const GemmArgs<T>& g) {
@@ -23,13 +47,49 @@ void gemm(const GemmArgs<T>& g) {
         for (i64 p = 0; p < g.k; ++p) dot += acc_t(a_at(i, p)) * acc_t(b_at(p, j));
         // beta == 0 means "C is output only": never read it, it may hold NaNs.
         acc_t previous = g.beta == T(0) ? acc_t(0) : acc_t(g.beta) * acc_t(C[i * g.ldc + j]);
-        C[i * g.ldc + j] = T(acc_t(g.alpha) * dot + previous);
+        acc_t h = acc_t(g.alpha) * dot + previous;
+        if (g.bias != nullptr) h += acc_t(g.bias[j]);
+        store_epilogue(g, b, i, j, h);
       }
     }
   }
 }
 
+template <typename T>
+void gemm_epilogue(const GemmArgs<T>& g) {
+  if (!g.has_epilogue()) return;
+  for (i64 b = 0; b < g.batch; ++b)
+    for (i64 i = 0; i < g.m; ++i)
+      for (i64 j = 0; j < g.n; ++j) {
+        acc_t h = acc_t(g.c[b * g.stride_c + i * g.ldc + j]);
+        if (g.bias != nullptr) h += acc_t(g.bias[j]);
+        store_epilogue(g, b, i, j, h);
+      }
+}
+
+template <typename T>
+void bias_act_backward(Activation act, const T* aux, const T* gy, i64 rows, i64 n, T* gh, T* gbias) {
+  for (i64 j = 0; j < n; ++j) {
+    acc_t sum = 0;
+    for (i64 i = 0; i < rows; ++i) {
+      acc_t g = acc_t(gy[i * n + j]);
+      if (act == Activation::Gelu) {
+        const acc_t h = acc_t(aux[i * n + j]);
+        g *= normal_cdf(h) + h * normal_pdf(h);  // (x Phi(x))'
+        gh[i * n + j] = T(g);
+        g = acc_t(T(g));  // the bias gradient is the sum of the gh that was written
+      }
+      sum += g;
+    }
+    if (gbias != nullptr) gbias[j] = T(sum);
+  }
+}
+
 template void gemm<float>(const GemmArgs<float>&);
 template void gemm<double>(const GemmArgs<double>&);
+template void gemm_epilogue<float>(const GemmArgs<float>&);
+template void gemm_epilogue<double>(const GemmArgs<double>&);
+template void bias_act_backward<float>(Activation, const float*, const float*, i64, i64, float*, float*);
+template void bias_act_backward<double>(Activation, const double*, const double*, i64, i64, double*, double*);
 
 }  // namespace wedge::kernels::ref

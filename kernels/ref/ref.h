@@ -20,6 +20,13 @@ using std::int32_t;
 // gemm.cpp
 template <typename T>
 void gemm(const GemmArgs<T>& args);
+// The epilogue of args (bias, activation; kernels.h) applied as a separate pass over a C
+// that already holds alpha op(A) op(B) + beta C. Backends whose GEMM has no epilogue of
+// its own (OpenBLAS) finish with this.
+template <typename T>
+void gemm_epilogue(const GemmArgs<T>& args);
+template <typename T>
+void bias_act_backward(Activation act, const T* aux, const T* gy, i64 rows, i64 n, T* gh, T* gbias);
 
 // elementwise.cpp
 template <typename T>
@@ -93,7 +100,7 @@ void plucker_mean_backward(const T* z, i64 B, i64 L, i64 r, const int32_t* offse
 
 // adam.cpp
 template <typename T>
-void adam_update(const AdamParams& hp, T* param, const T* grad, T* m, T* v, i64 n);
+void adam_update(const AdamParams& hp, const AdamSegment<T>* segments, i64 count);
 
 // memory.cpp (type-blind)
 void strided_copy(const CopyLayout& layout, const void* src, void* dst, int elem_size);

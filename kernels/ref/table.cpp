@@ -10,6 +10,7 @@ template <typename T>
 KernelTable<T> make_ref_table() {
   KernelTable<T> t;
   t.gemm = ref::gemm<T>;
+  t.bias_act_backward = ref::bias_act_backward<T>;
   t.fill = ref::fill<T>;
   t.unary = ref::unary<T>;
   t.unary_backward = ref::unary_backward<T>;

@@ -12,11 +12,31 @@ using testing::expect_close;
 using testing::random_floats;
 using testing::with_threads;
 
-TEST_CASE("cpu adam_update matches the reference (AdamW and Adam with L2)") {
+namespace {
+
+// Tensors of awkward lengths laid end to end in p/g/m/v, as one update's segments.
+std::vector<AdamSegment<float>> segments_over(std::vector<float>& p, const std::vector<float>& g,
+                                              std::vector<float>& m, std::vector<float>& v,
+                                              const std::vector<i64>& lengths) {
+  std::vector<AdamSegment<float>> out;
+  i64 at = 0;
+  for (i64 n : lengths) {
+    out.push_back({p.data() + at, g.data() + at, m.data() + at, v.data() + at, n});
+    at += n;
+  }
+  return out;
+}
+
+const std::vector<i64> kLengths = {1, 7, 0, 33, 1000, 100003, 16, 5};
+const std::size_t kTotal = 101065;
+
+}  // namespace
+
+TEST_CASE("cpu adam_update matches the reference (AdamW and Adam with L2, scaled gradients)") {
   if (!avx512_available()) return;
-  for (i64 n : {1, 7, 33, 1000, 100003}) {
-    for (bool decoupled : {true, false}) {
-      INFO("n " << n << (decoupled ? " AdamW" : " Adam+L2"));
+  for (bool decoupled : {true, false}) {
+    for (float scale : {1.0f, 0.37f}) {
+      INFO((decoupled ? "AdamW" : "Adam+L2") << ", grad_scale " << scale);
       AdamParams hp{1e-3f,
                     0.9f,
                     0.999f,
@@ -25,15 +45,17 @@ TEST_CASE("cpu adam_update matches the reference (AdamW and Adam with L2)") {
                     1.0f - 0.9f * 0.9f * 0.9f,
                     1.0f - 0.999f * 0.999f * 0.999f,
                     decoupled};
-      const std::size_t size = static_cast<std::size_t>(n);
-      std::vector<float> p = random_floats(size, 1), m = random_floats(size, 2, -0.1f, 0.1f);
-      std::vector<float> v = random_floats(size, 3, 0.0f, 0.01f);
-      const std::vector<float> g = random_floats(size, 4);
+      hp.grad_scale = scale;
+      std::vector<float> p = random_floats(kTotal, 1), m = random_floats(kTotal, 2, -0.1f, 0.1f);
+      std::vector<float> v = random_floats(kTotal, 3, 0.0f, 0.01f);
+      const std::vector<float> g = random_floats(kTotal, 4);
       std::vector<float> p_ref = p, m_ref = m, v_ref = v;
+      const auto segs = segments_over(p, g, m, v, kLengths);
+      const auto segs_ref = segments_over(p_ref, g, m_ref, v_ref, kLengths);
       // Two steps, so the second reads the moments the first wrote.
       for (int step = 0; step < 2; ++step) {
-        cpu::avx512::adam_update(hp, p.data(), g.data(), m.data(), v.data(), n);
-        ref_table_f32().adam_update(hp, p_ref.data(), g.data(), m_ref.data(), v_ref.data(), n);
+        cpu::avx512::adam_update(hp, segs.data(), static_cast<i64>(segs.size()));
+        ref_table_f32().adam_update(hp, segs_ref.data(), static_cast<i64>(segs_ref.size()));
       }
       expect_close(m, m_ref, 1e-8, 1e-6, "m");
       expect_close(v, v_ref, 1e-10, 1e-6, "v");
@@ -44,14 +66,12 @@ TEST_CASE("cpu adam_update matches the reference (AdamW and Adam with L2)") {
 
 TEST_CASE("cpu adam_update does not depend on the thread count") {
   if (!avx512_available()) return;
-  const i64 n = 70001;
   const AdamParams hp{1e-2f, 0.9f, 0.99f, 1e-8f, 0.1f, 0.1f, 0.01f, true};
-  const std::vector<float> g = random_floats(n, 9);
+  const std::vector<float> g = random_floats(kTotal, 9);
   auto run = [&](int threads) {
-    std::vector<float> p = random_floats(n, 1), m(n, 0.0f), v(n, 0.0f);
-    with_threads(threads, [&] {
-      cpu_table_f32().adam_update(hp, p.data(), g.data(), m.data(), v.data(), n);
-    });
+    std::vector<float> p = random_floats(kTotal, 1), m(kTotal, 0.0f), v(kTotal, 0.0f);
+    const auto segs = segments_over(p, g, m, v, kLengths);
+    with_threads(threads, [&] { cpu_table_f32().adam_update(hp, segs.data(), static_cast<i64>(segs.size())); });
     return p;
   };
   CHECK(bitwise_equal(run(1), run(2)));

@@ -207,10 +207,14 @@ TEST_CASE("ref adam_update: two steps against hand-computed values") {
       hp.bc1 = float(1 - std::pow(0.5, t));
       hp.bc2 = float(1 - std::pow(0.75, t));
       const T g = grads[t - 1];
+      // The gradient arrives doubled and grad_scale halves it again: the same update.
+      const T g2 = T(2) * g;
+      hp.grad_scale = 0.5f;
+      const AdamSegment<T> seg{&p, &g2, &m, &v, 1};
       if constexpr (std::is_same_v<T, float>) {
-        ref_table_f32().adam_update(hp, &p, &g, &m, &v, 1);
+        ref_table_f32().adam_update(hp, &seg, 1);
       } else {
-        ref_table_f64().adam_update(hp, &p, &g, &m, &v, 1);
+        ref_table_f64().adam_update(hp, &seg, 1);
       }
       trace.insert(trace.end(), {double(p), double(m), double(v)});
     }
@@ -227,7 +231,12 @@ TEST_CASE("ref adam_update: two steps against hand-computed values") {
   SUBCASE("over n elements, each updated independently") {
     std::vector<double> p = {1, -2, 1}, g = {0.5, 0.5, -0.5}, m(3, 0), v(3, 0);
     AdamParams hp{0.5f, 0.5f, 0.75f, 0.25f, 0.125f, 0.5f, 0.25f, true};
-    ref_table_f64().adam_update(hp, p.data(), g.data(), m.data(), v.data(), 3);
+    // As three one-element tensors and an empty one, in one call.
+    const AdamSegment<double> segs[4] = {{p.data(), g.data(), m.data(), v.data(), 1},
+                                         {p.data() + 1, g.data() + 1, m.data() + 1, v.data() + 1, 1},
+                                         {nullptr, nullptr, nullptr, nullptr, 0},
+                                         {p.data() + 2, g.data() + 2, m.data() + 2, v.data() + 2, 1}};
+    ref_table_f64().adam_update(hp, segs, 4);
     // p = p0 - 0.5 (sign(g) 2/3 + 0.125 p0)
     check_all_close(
         p,

@@ -211,7 +211,8 @@ TEST_CASE("ref float table == double table: embedding, dropout, attention, Plüc
         auto p = as<T>(inputs(17, 60)), g = as<T>(inputs(17, 61)), m = as<T>(inputs(17, 62)),
              v = as<T>(inputs(17, 63, 0, 0.01));
         const AdamParams hp{1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 0.271f, 0.00399f, true};
-        k.adam_update(hp, p.data(), g.data(), m.data(), v.data(), 17);
+        const AdamSegment<T> seg{p.data(), g.data(), m.data(), v.data(), 17};
+        k.adam_update(hp, &seg, 1);
         std::vector<double> all;
         for (const auto* t : {&p, &m, &v}) append(all, *t);
         return all;

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "ops/ops.h"
 
@@ -102,4 +103,26 @@ TEST_CASE("ops reject bad arguments with messages naming the op and the shapes")
   CHECK_THROWS_WITH_AS(ops::plucker_pairs(Tensor::zeros({1, 2, 4}), {0}), doctest::Contains("offsets must be >= 1"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(ops::linear(a, Tensor::zeros({4, 2})), doctest::Contains("linear"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(ops::narrow(a, 1, 2, 2), doctest::Contains("narrow: range [2, 4)"), std::invalid_argument);
+}
+
+TEST_CASE("linear_gelu equals gelu(linear) in value and gradient, float32 on the CPU table") {
+  // Awkward sizes: rows and columns that are not multiples of the GEMM tile (14 x 32).
+  for (auto [rows, in, out] : {std::tuple<int, int, int>{1, 1, 1}, {7, 5, 33}, {33, 17, 70}, {130, 64, 257}}) {
+    CAPTURE(rows);
+    CAPTURE(out);
+    Tensor x = Tensor::randn({rows, in}, 31, 0.0, 1.0);
+    Tensor w = Tensor::randn({out, in}, 32, 0.0, 0.5);
+    Tensor b = Tensor::randn({out}, 33, 0.0, 1.0);
+    Tensor gy = Tensor::randn({rows, out}, 34, 0.0, 1.0);
+    auto run = [&](bool fused) {
+      Tensor xs = x.clone().set_requires_grad(), ws = w.clone().set_requires_grad(), bs = b.clone().set_requires_grad();
+      Tensor y = fused ? ops::linear_gelu(xs, ws, bs) : ops::gelu(ops::linear(xs, ws, bs));
+      y.backward(gy);
+      return std::vector<std::vector<double>>{vals(y), vals(xs.grad()), vals(ws.grad()), vals(bs.grad())};
+    };
+    const auto ref = run(false), got = run(true);
+    for (std::size_t t = 0; t < ref.size(); ++t)
+      for (std::size_t i = 0; i < ref[t].size(); ++i)
+        CHECK(got[t][i] == doctest::Approx(ref[t][i]).epsilon(1e-5).scale(1.0));
+  }
 }
