@@ -1,4 +1,4 @@
-// The wedge CUDA stream and cuBLAS handle (see cuda_stream.h).
+// The wedge CUDA stream and the cuBLAS / cuBLASLt handles (see cuda_stream.h).
 #include "engine/cuda_stream.h"
 
 #include <stdexcept>
@@ -25,7 +25,7 @@ void check(cudaError_t status, const char* what) {
 void check_cublas(cublasStatus_t status, const char* what) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
   throw std::runtime_error(std::string("cuda: ") + what + ": cuBLAS status " +
-                           std::to_string(static_cast<int>(status)));
+                           std::to_string(static_cast<int>(status)) + " (" + cublasGetStatusName(status) + ")");
 }
 
 cudaStream_t stream() {
@@ -51,6 +51,24 @@ cublasHandle_t cublas() {
     return created;
   }();
   return h;
+}
+
+cublasLtHandle_t cublas_lt() {
+  static const cublasLtHandle_t h = [] {
+    cublasLtHandle_t created = nullptr;
+    check_cublas(cublasLtCreate(&created), "cublasLtCreate");
+    return created;
+  }();
+  return h;
+}
+
+void* cublas_lt_workspace() {
+  static void* const workspace = [] {
+    void* ptr = nullptr;
+    check(cudaMalloc(&ptr, kCublasLtWorkspaceBytes), "cudaMalloc of the cuBLASLt workspace");
+    return ptr;
+  }();
+  return workspace;
 }
 
 }  // namespace wedge::cuda

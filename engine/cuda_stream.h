@@ -1,4 +1,5 @@
-// The one CUDA stream wedge queues all GPU work on, and the cuBLAS handle bound to it.
+// The one CUDA stream wedge queues all GPU work on, and the cuBLAS and cuBLASLt handles
+// bound to it.
 //
 // Everything (kernels, cuBLAS calls, host<->device copies, allocator reuse) goes through
 // this single stream, so work runs in the order it was issued and no host
@@ -10,8 +11,11 @@
 // CUDA translation units only (.cu): this header includes the CUDA runtime.
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+
+#include <cstddef>
 
 namespace wedge::cuda {
 
@@ -25,7 +29,17 @@ cudaStream_t stream();
 // The cuBLAS handle, with its stream set to stream() (created on first use).
 cublasHandle_t cublas();
 
-// Throw std::runtime_error("cuda: <what>: <reason>") unless the call succeeded.
+// The cuBLASLt handle (created on first use). cuBLASLt takes the stream per call: every
+// cublasLtMatmul is given stream(), so it is ordered with everything else.
+cublasLtHandle_t cublas_lt();
+// The workspace cublasLtMatmul may use (split-K partials and the like): device memory of
+// kCublasLtWorkspaceBytes, allocated once on first use and never freed. One stream means
+// one matmul uses it at a time.
+constexpr std::size_t kCublasLtWorkspaceBytes = std::size_t(32) << 20;
+void* cublas_lt_workspace();
+
+// Throw std::runtime_error("cuda: <what>: <reason>") unless the call succeeded (cuBLAS
+// and cuBLASLt share the status type).
 void check(cudaError_t status, const char* what);
 void check_cublas(cublasStatus_t status, const char* what);
 

@@ -159,6 +159,16 @@ __device__ __forceinline__ i64 global_thread() { return i64(blockIdx.x) * blockD
 __device__ __forceinline__ i64 grid_threads() { return i64(blockDim.x) * gridDim.x; }
 __device__ __forceinline__ i64 min_i64(i64 a, i64 b) { return a < b ? a : b; }
 
+// The exact GELU, x * Phi(x) with Phi(x) = (1 + erf(x / sqrt 2)) / 2 (not the tanh
+// approximation), and its derivative Phi(x) + x phi(x). One definition for the unary GELU
+// kernels and the GEMM epilogue (forward and backward), so they agree bit for bit.
+constexpr float kInvSqrt2 = 0.70710678118654752440f;
+constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
+__device__ __forceinline__ float normal_cdf(float x) { return 0.5f * (1.0f + erff(x * kInvSqrt2)); }
+__device__ __forceinline__ float normal_pdf(float x) { return kInvSqrt2Pi * expf(-0.5f * x * x); }
+__device__ __forceinline__ float gelu(float x) { return x * normal_cdf(x); }
+__device__ __forceinline__ float gelu_derivative(float x) { return normal_cdf(x) + x * normal_pdf(x); }
+
 // Butterfly sum over the 32 lanes of a warp; every lane ends with the same bits (each
 // step adds the same two numbers on both partner lanes, and addition commutes).
 template <typename T>

@@ -1,7 +1,9 @@
 // Element-wise kernels: fill, unary maps and their derivatives, broadcasting binary maps,
-// dropout, the AdamW update, strided copy and dtype casts. Each output element depends on
-// its own inputs only, so these are grid-stride loops (launch.h: elementwise_blocks) with
-// nothing to synchronise and nothing that could make two runs differ.
+// dropout, the AdamW update, the GEMM epilogue's backward, strided copy and dtype casts.
+// Each output element depends on its own inputs only, so these are grid-stride loops
+// (launch.h: elementwise_blocks) with nothing to synchronise and nothing that could make
+// two runs differ. (The one sum here, the epilogue's bias gradient, is handed to reduce.cu's
+// deterministic column sums.)
 #include "engine/philox.h"
 #include "kernels/cuda/entries.cuh"
 
@@ -13,12 +15,6 @@ namespace elementwise_impl {
 __global__ void fill_kernel(float* y, float value, i64 n) {
   for (i64 i = global_thread(); i < n; i += grid_threads()) y[i] = value;
 }
-
-constexpr float kInvSqrt2 = 0.70710678118654752440f;
-constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
-
-__device__ __forceinline__ float normal_cdf(float x) { return 0.5f * (1.0f + erff(x * kInvSqrt2)); }
-__device__ __forceinline__ float normal_pdf(float x) { return kInvSqrt2Pi * expf(-0.5f * x * x); }
 
 // sigmoid without overflow: e^-x is only formed for x >= 0
 __device__ __forceinline__ float sigmoid(float x) {
@@ -37,7 +33,7 @@ __device__ __forceinline__ float apply_unary(float x, float param) {
     case UnaryOp::Tanh: return tanhf(x);
     case UnaryOp::Sigmoid: return sigmoid(x);
     case UnaryOp::Relu: return x > 0.0f ? x : 0.0f;
-    case UnaryOp::Gelu: return x * normal_cdf(x);
+    case UnaryOp::Gelu: return gelu(x);  // common.cuh: exact erf form
     case UnaryOp::AddScalar: return x + param;
     case UnaryOp::MulScalar: return x * param;
     case UnaryOp::PowScalar: return powf(x, param);
@@ -58,7 +54,7 @@ __device__ __forceinline__ float unary_derivative(float x, float y, float param)
     case UnaryOp::Tanh: return 1.0f - y * y;
     case UnaryOp::Sigmoid: return y * (1.0f - y);
     case UnaryOp::Relu: return x > 0.0f ? 1.0f : 0.0f;
-    case UnaryOp::Gelu: return normal_cdf(x) + x * normal_pdf(x);
+    case UnaryOp::Gelu: return gelu_derivative(x);
     case UnaryOp::AddScalar: return 1.0f;
     case UnaryOp::MulScalar: return param;
     case UnaryOp::PowScalar: return param == 0.0f ? 0.0f : param * powf(x, param - 1.0f);
@@ -202,14 +198,25 @@ void launch_dropout(const float* x, float* y, i64 n, float p, std::uint64_t seed
 // ---- AdamW --------------------------------------------------------------------------------
 
 // One fused pass over parameter, gradient and both moments (5 reads/writes per element
-// instead of the dozen a composition of element-wise ops would make). The arithmetic is
-// done in double, as kernels/ref does, so the update matches the CPU's to float rounding.
-__global__ void adam_kernel(AdamParams hp, float* param, const float* grad, float* m, float* v, i64 n) {
+// instead of the dozen a composition of element-wise ops would make), over every tensor of
+// a chunk (launch.h AdamChunk) at once: a grid-stride loop over the chunk's total element
+// count, each thread finding the segment of its element from the prefix offsets. The
+// arithmetic is done in double, as kernels/ref does, so the update matches the CPU's to
+// float rounding. grad_scale (gradient clipping folded in) multiplies the gradient first.
+__global__ void adam_kernel(AdamParams hp, launch::AdamChunk<float> chunk) {
   const double lr = hp.lr, b1 = hp.beta1, b2 = hp.beta2, eps = hp.eps, wd = hp.weight_decay;
-  const double bc1 = hp.bc1, bc2 = hp.bc2;
-  for (i64 i = global_thread(); i < n; i += grid_threads()) {
+  const double bc1 = hp.bc1, bc2 = hp.bc2, scale = hp.grad_scale;
+  const i64 total = chunk.begin[chunk.count];
+  int s = 0;
+  for (i64 e = global_thread(); e < total; e += grid_threads()) {
+    s = launch::adam_segment_of(chunk.begin, chunk.count, e, s);
+    const i64 i = e - chunk.begin[s];
+    float* param = chunk.param[s];
+    float* m = chunk.m[s];
+    float* v = chunk.v[s];
     const double p = param[i];
-    const double g = hp.decoupled ? static_cast<double>(grad[i]) : static_cast<double>(grad[i]) + wd * p;
+    double g = static_cast<double>(chunk.grad[s][i]) * scale;
+    if (!hp.decoupled) g += wd * p;
     const double m_new = b1 * static_cast<double>(m[i]) + (1.0 - b1) * g;
     const double v_new = b2 * static_cast<double>(v[i]) + (1.0 - b2) * g * g;
     double step = (m_new / bc1) / (sqrt(v_new / bc2) + eps);
@@ -218,6 +225,14 @@ __global__ void adam_kernel(AdamParams hp, float* param, const float* grad, floa
     v[i] = static_cast<float>(v_new);
     param[i] = static_cast<float>(p - lr * step);
   }
+}
+
+// ---- the GEMM epilogue's backward ---------------------------------------------------------
+
+// gh = gy * gelu'(h), h being what the forward GEMM kept in aux. Element by element, so gh
+// may be gy itself. The same derivative as the unary GELU backward (common.cuh).
+__global__ void gelu_backward_kernel(const float* aux, const float* gy, float* gh, i64 n) {
+  for (i64 i = global_thread(); i < n; i += grid_threads()) gh[i] = gy[i] * gelu_derivative(aux[i]);
 }
 
 // ---- memory movement ----------------------------------------------------------------------
@@ -346,11 +361,30 @@ void dropout_backward(const float* gy, float* gx, i64 n, float p, std::uint64_t 
   launch_dropout(gy, gx, n, p, seed, offset);
 }
 
-void adam_update(const AdamParams& hp, float* param, const float* grad, float* m, float* v, i64 n) {
+void adam_update(const AdamParams& hp, const AdamSegment<float>* segments, i64 count) {
+  for (const launch::AdamChunk<float>& chunk : launch::adam_chunks(segments, count)) {
+    const i64 total = chunk.begin[chunk.count];
+    WEDGE_LAUNCH(grid_1d(launch::elementwise_blocks(total)), launch::kElementwiseThreads, 0, adam_kernel)(hp, chunk);
+    check_launch("adam_kernel");
+  }
+}
+
+// The bias gradient is a column sum over rows: the deterministic two-stage reduction of
+// reduce.cu (sum_middle_axis over (1, rows, n)), never atomics.
+void bias_act_backward(Activation act, const float* aux, const float* gy, i64 rows, i64 n, float* gh,
+                       float* gbias) {
   if (n <= 0) return;
-  WEDGE_LAUNCH(grid_1d(launch::elementwise_blocks(n)), launch::kElementwiseThreads, 0, adam_kernel)(
-      hp, param, grad, m, v, n);
-  check_launch("adam_kernel");
+  const float* g = gy;
+  if (act == Activation::Gelu) {
+    const i64 total = rows * n;
+    if (total > 0) {
+      WEDGE_LAUNCH(grid_1d(launch::elementwise_blocks(total)), launch::kElementwiseThreads, 0,
+                   gelu_backward_kernel)(aux, gy, gh, total);
+      check_launch("gelu_backward_kernel");
+    }
+    g = gh;
+  }
+  if (gbias != nullptr) sum_middle_axis(g, gbias, 1, rows, n);
 }
 
 void strided_copy(const CopyLayout& layout, const void* src, void* dst, int elem_size) {

@@ -14,6 +14,10 @@ using std::int32_t;
 
 // gemm.cu
 void gemm(const GemmArgs<float>& args);
+// The same result without the fused epilogue: the plain cuBLAS GEMM, then a separate
+// epilogue pass (bias, GELU, aux). gemm falls back to it where cuBLASLt offers no
+// algorithm; the tests also call it directly.
+void gemm_unfused(const GemmArgs<float>& args);
 
 // elementwise.cu
 void fill(float* y, float value, i64 n);
@@ -24,7 +28,9 @@ void binary(BinaryOp op, const BroadcastLayout& layout, const float* a, const fl
 void dropout_forward(const float* x, float* y, i64 n, float p, std::uint64_t seed, std::uint64_t offset);
 void dropout_backward(const float* gy, float* gx, i64 n, float p, std::uint64_t seed,
                       std::uint64_t offset);
-void adam_update(const AdamParams& hp, float* param, const float* grad, float* m, float* v, i64 n);
+void adam_update(const AdamParams& hp, const AdamSegment<float>* segments, i64 count);
+void bias_act_backward(Activation act, const float* aux, const float* gy, i64 rows, i64 n, float* gh,
+                       float* gbias);
 void strided_copy(const CopyLayout& layout, const void* src, void* dst, int elem_size);
 void cast(const void* src, int src_dtype, void* dst, int dst_dtype, i64 n);
 

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "kernels/kernels.h"
 
@@ -135,7 +136,14 @@ inline bool fits_int32(int ndim, const i64* shape, const i64* stride0, const i64
 // A row-major m x n matrix with leading dimension ld is, read column-major, its n x m
 // transpose. So C = op(A) op(B) in row-major is C^T = op(B)^T op(A)^T in column-major:
 // swap the operands (B first) and the sizes m <-> n, keep each operand's transpose flag.
-// No data moves. This struct is what cublasSgemmStridedBatched receives.
+// No data moves. This struct is what cublasSgemmStridedBatched / cublasLtMatmul receive.
+//
+// The epilogue's bias has one value per row-major column j of C, i.e. per ROW of the
+// column-major C^T (length cm.m = g.n): exactly what cuBLASLt's CUBLASLT_EPILOGUE_BIAS
+// broadcasts ("bias vector length must match matrix D rows", added to every column, and
+// with CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE left at 0, to every matrix of the batch).
+// D is where cuBLASLt writes alpha op(A) op(B) + beta C (+ bias): C itself, or another
+// buffer laid out like C (the GEMM's aux output, when a GELU follows).
 struct ColumnMajorGemm {
   bool trans_a = false, trans_b = false;  // op(X) = X^T when set
   i64 m = 0, n = 0, k = 0;                // op(A) m x k, op(B) k x n, C m x n (column-major)
@@ -144,6 +152,8 @@ struct ColumnMajorGemm {
   const float* b = nullptr; i64 ldb = 0; i64 stride_b = 0;
   float* c = nullptr;       i64 ldc = 0; i64 stride_c = 0;
   i64 batch = 1;
+  const float* bias = nullptr;  // m values (one per column-major row), or none
+  float* d = nullptr;           // the output, laid out like C (ldc, stride_c); c by default
 };
 inline ColumnMajorGemm row_major_as_column_major(const GemmArgs<float>& g) {
   ColumnMajorGemm cm;
@@ -158,6 +168,8 @@ inline ColumnMajorGemm row_major_as_column_major(const GemmArgs<float>& g) {
   cm.b = g.a; cm.ldb = g.lda; cm.stride_b = g.stride_a;
   cm.c = g.c; cm.ldc = g.ldc; cm.stride_c = g.stride_c;
   cm.batch = g.batch;
+  cm.bias = g.bias;
+  cm.d = g.c;
   // cuBLAS insists on ld >= rows even where a matrix has a single column and the leading
   // dimension is never used; raise it there (callers may pass 0 or the column count).
   const i64 rows_a = cm.trans_a ? cm.k : cm.m, cols_a = cm.trans_a ? cm.m : cm.k;
@@ -167,14 +179,17 @@ inline ColumnMajorGemm row_major_as_column_major(const GemmArgs<float>& g) {
   if (cm.n <= 1) cm.ldc = std::max<i64>({cm.ldc, cm.m, 1});
   return cm;
 }
-// What cublasSgemmStridedBatched computes, as a loop (beta == 0: C is not read). The
-// tests run the mapping above through it; the host emulation of the CUDA kernels uses it
-// in place of cuBLAS.
+// What cublasSgemmStridedBatched (bias == null, d == c) and cublasLtMatmul with
+// CUBLASLT_EPILOGUE_BIAS compute, as a loop: D = alpha op(A) op(B) + beta C (+ bias[i]);
+// beta == 0: C is not read. The tests run the mapping above through it; the host
+// emulation of the CUDA kernels uses it in place of cuBLAS and cuBLASLt.
 inline void column_major_gemm_host(const ColumnMajorGemm& g) {
+  float* const d_base = g.d != nullptr ? g.d : g.c;
   for (i64 batch = 0; batch < g.batch; ++batch) {
     const float* A = g.a + batch * g.stride_a;
     const float* B = g.b + batch * g.stride_b;
-    float* C = g.c + batch * g.stride_c;
+    const float* C = g.c + batch * g.stride_c;
+    float* D = d_base + batch * g.stride_c;
     for (i64 j = 0; j < g.n; ++j) {
       for (i64 i = 0; i < g.m; ++i) {
         double dot = 0;
@@ -184,10 +199,69 @@ inline void column_major_gemm_host(const ColumnMajorGemm& g) {
           dot += double(a) * double(b);
         }
         const double previous = g.beta == 0.0f ? 0.0 : double(g.beta) * C[i + j * g.ldc];
-        C[i + j * g.ldc] = float(double(g.alpha) * dot + previous);
+        const double bias = g.bias != nullptr ? double(g.bias[i]) : 0.0;
+        D[i + j * g.ldc] = float(double(g.alpha) * dot + previous + bias);
       }
     }
   }
+}
+
+// cuBLASLt picks its kernels for the alignment it is promised (the preference's
+// CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES, 256 by default). The promise for one operand
+// is the largest power of two, at most 16 bytes (the widest vector load), dividing its
+// address and, in a batch, its stride in bytes, so every matrix of the batch keeps it.
+inline unsigned gemm_alignment_bytes(const void* ptr, i64 stride_elems, std::size_t elem_size) {
+  std::uint64_t bits = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(ptr)) | 16u;
+  if (stride_elems != 0) {
+    bits |= static_cast<std::uint64_t>(stride_elems < 0 ? -stride_elems : stride_elems) * elem_size;
+  }
+  return static_cast<unsigned>(bits & (~bits + 1));  // the lowest set bit
+}
+
+// ---- Adam over many tensors at once -------------------------------------------------------
+// adam_update receives a host array of segments (param, grad, m, v, n). They go to the
+// kernel by value, kAdamChunkSegments at a time, with prefix offsets: segment s of a chunk
+// owns the chunk's elements [begin[s], begin[s + 1]). One grid-stride launch per chunk
+// covers the chunk's total element count, so a model's many small tensors (biases, layer
+// norm parameters) cost one launch together instead of one each. Empty segments are left
+// out. The chunk stays far below the 4 KiB a kernel's parameters may take.
+constexpr int kAdamChunkSegments = 32;
+template <typename T>
+struct AdamChunk {
+  int count = 0;                              // segments in this chunk, 1..kAdamChunkSegments
+  i64 begin[kAdamChunkSegments + 1] = {};     // prefix offsets; begin[count] = total elements
+  T* param[kAdamChunkSegments] = {};
+  const T* grad[kAdamChunkSegments] = {};
+  T* m[kAdamChunkSegments] = {};
+  T* v[kAdamChunkSegments] = {};
+};
+static_assert(sizeof(AdamChunk<float>) + 64 <= 4096, "Adam chunk exceeds the kernel parameter space");
+
+template <typename T>
+inline std::vector<AdamChunk<T>> adam_chunks(const AdamSegment<T>* segments, i64 count) {
+  std::vector<AdamChunk<T>> chunks;
+  for (i64 i = 0; i < count; ++i) {
+    const AdamSegment<T>& seg = segments[i];
+    if (seg.n <= 0) continue;
+    if (chunks.empty() || chunks.back().count == kAdamChunkSegments) chunks.emplace_back();
+    AdamChunk<T>& c = chunks.back();
+    const int s = c.count++;
+    c.param[s] = seg.param;
+    c.grad[s] = seg.grad;
+    c.m[s] = seg.m;
+    c.v[s] = seg.v;
+    c.begin[s + 1] = c.begin[s] + seg.n;
+  }
+  return chunks;
+}
+
+// The segment holding element e of a chunk, searched forward from segment `from` (a
+// grid-stride loop visits increasing e, so each thread resumes where it stopped; the
+// walk over at most 32 offsets is amortised over the thread's elements).
+WEDGE_CUDA_HD int adam_segment_of(const i64* begin, int count, i64 e, int from) {
+  int s = from;
+  while (s + 1 < count && e >= begin[s + 1]) ++s;
+  return s;
 }
 
 // ---- flash attention tiles -----------------------------------------------------------------

@@ -11,6 +11,7 @@ namespace wedge::kernels::WEDGE_CUDA_NS {
 KernelTable<float> make_table_f32() {
   KernelTable<float> t;
   t.gemm = gemm;
+  t.bias_act_backward = bias_act_backward;
   t.fill = fill;
   t.unary = unary;
   t.unary_backward = unary_backward;

@@ -1,6 +1,7 @@
 // The CUDA kernels' launch-shape arithmetic (kernels/cuda/launch.h), on the host: grid
 // and block sizes, reduction splits, layout collapsing, the row-major to column-major
-// GEMM mapping handed to cuBLAS, Plücker pair numbering and attention tile sizes.
+// GEMM mapping handed to cuBLAS and cuBLASLt (bias included), the Adam chunks, Plücker
+// pair numbering and attention tile sizes.
 #include <doctest/doctest.h>
 
 #include <random>
@@ -213,6 +214,104 @@ TEST_CASE("cuda launch: the row-major GEMM handed to column-major cuBLAS compute
   CHECK(cm.ldb >= cm.k);  // B' = A, column-major k x 1
   CHECK(cm.lda == 5);
   CHECK(cm.ldc == 5);
+}
+
+TEST_CASE("cuda launch: the row-major bias is cuBLASLt's per-row bias of the column-major product") {
+  // Row-major C (m x n) += bias[j] for every row i: in the mapped problem the bias has
+  // cm.m = n values, one per column-major row, and D may be a buffer other than C.
+  std::mt19937_64 gen(11);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  struct Shape { i64 m, n, k; };
+  for (Shape sh : {Shape{1, 1, 1}, Shape{7, 33, 5}, Shape{33, 7, 64}, Shape{1, 9, 4}, Shape{5, 1, 3}}) {
+    for (i64 batch : {i64(1), i64(3)}) {
+      for (float beta : {0.0f, 1.0f}) {
+        GemmArgs<float> g;
+        g.trans_a = Trans::N; g.trans_b = Trans::T;  // a linear layer: x W^T
+        g.m = sh.m; g.n = sh.n; g.k = sh.k;
+        g.alpha = 1.0f; g.beta = beta;
+        g.batch = batch;
+        g.lda = sh.k; g.ldb = sh.k + 1; g.ldc = sh.n + 2;
+        g.stride_a = sh.m * g.lda;
+        g.stride_b = 0;  // one weight for the whole batch
+        g.stride_c = sh.m * g.ldc;
+        std::vector<float> A(std::size_t(sh.m * g.lda * batch)), B(std::size_t(sh.n * g.ldb)),
+            C(std::size_t(g.stride_c * batch)), bias(std::size_t(sh.n));
+        for (float& x : A) x = dist(gen);
+        for (float& x : B) x = dist(gen);
+        for (float& x : C) x = dist(gen);
+        for (float& x : bias) x = dist(gen);
+        std::vector<float> expected(C.size(), -7.0f), D(C.size(), -7.0f);
+        for (i64 b = 0; b < batch; ++b) {
+          for (i64 i = 0; i < sh.m; ++i) {
+            for (i64 j = 0; j < sh.n; ++j) {
+              double dot = 0;
+              for (i64 p = 0; p < sh.k; ++p) {
+                dot += double(A[std::size_t(b * g.stride_a + i * g.lda + p)]) * B[std::size_t(j * g.ldb + p)];
+              }
+              const std::size_t at = std::size_t(b * g.stride_c + i * g.ldc + j);
+              expected[at] = float(dot + (beta == 0 ? 0.0 : double(beta) * C[at]) + bias[std::size_t(j)]);
+            }
+          }
+        }
+        g.a = A.data(); g.b = B.data(); g.c = C.data(); g.bias = bias.data();
+        ColumnMajorGemm cm = row_major_as_column_major(g);
+        CHECK(cm.bias == bias.data());
+        CHECK(cm.d == C.data());  // in place unless told otherwise
+        cm.d = D.data();
+        const std::vector<float> C_before = C;
+        column_major_gemm_host(cm);
+        CHECK(C == C_before);  // C only read
+        for (std::size_t e = 0; e < D.size(); ++e) CHECK(D[e] == doctest::Approx(expected[e]).epsilon(1e-5));
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda launch: operand alignment promised to cuBLASLt") {
+  alignas(64) static float buffer[64];
+  CHECK(gemm_alignment_bytes(buffer, 0, 4) == 16);       // capped at 16 bytes
+  CHECK(gemm_alignment_bytes(buffer + 1, 0, 4) == 4);
+  CHECK(gemm_alignment_bytes(buffer + 2, 0, 4) == 8);
+  CHECK(gemm_alignment_bytes(buffer + 4, 0, 4) == 16);
+  CHECK(gemm_alignment_bytes(buffer, 6, 4) == 8);        // every matrix of the batch: stride 24 bytes
+  CHECK(gemm_alignment_bytes(buffer, 7, 4) == 4);
+  CHECK(gemm_alignment_bytes(buffer, 64, 4) == 16);
+}
+
+TEST_CASE("cuda launch: Adam chunks cover every element of every tensor once") {
+  std::vector<AdamSegment<float>> segments;
+  std::vector<float> storage(1);  // the pointers are only compared
+  for (int i = 0; i < 75; ++i) {
+    const i64 n = i % 10 == 3 ? 0 : i + 1;
+    float* base = storage.data() + 0;
+    segments.push_back({base, base, base, base, n});
+  }
+  const auto chunks = adam_chunks(segments.data(), i64(segments.size()));
+  // 75 tensors, 8 of them empty: 67 in chunks of 32
+  REQUIRE(chunks.size() == 3);
+  CHECK(chunks[0].count == 32);
+  CHECK(chunks[1].count == 32);
+  CHECK(chunks[2].count == 3);
+  std::size_t next = 0;
+  for (const auto& c : chunks) {
+    CHECK(c.begin[0] == 0);
+    for (int s = 0; s < c.count; ++s) {
+      while (segments[next].n == 0) ++next;
+      CHECK(c.begin[s + 1] - c.begin[s] == segments[next].n);
+      ++next;
+    }
+    // Each element finds its segment, whatever segment the search starts from (as long as
+    // it is not past it): the grid-stride loop resumes from the previous element's.
+    for (i64 e = 0, s = 0; e < c.begin[c.count]; ++e) {
+      s = adam_segment_of(c.begin, c.count, e, int(s));
+      CHECK(c.begin[s] <= e);
+      CHECK(e < c.begin[s + 1]);
+      CHECK(adam_segment_of(c.begin, c.count, e, 0) == s);
+    }
+  }
+  CHECK(next == segments.size());
+  CHECK(adam_chunks(segments.data(), 0).empty());
+  static_assert(sizeof(AdamChunk<float>) <= 4096 - 64);
 }
 
 TEST_CASE("cuda launch: Plücker pairs are numbered row by row, and the inverse agrees") {

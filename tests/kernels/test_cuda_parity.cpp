@@ -16,9 +16,11 @@
 //               float operation on both sides), reduce max and its index
 //   1e-6 + 1e-5 transcendental unary maps and their derivatives (CUDA's expf, erff, powf
 //               ... are within 2 ulp; the reference rounds a double result once)
-//   k * 1e-6    gemm (float accumulation over k terms of size <= 1)
+//   k * 1e-6    gemm (float accumulation over k terms of size <= 1); with the epilogue,
+//               + 2e-6 for the bias's rounding, and x 1.2 (+ 1e-6) after the GELU
+//               (|gelu'| <= 1.13, erff within 2 ulp)
 //   n * 1e-6    sums over n terms in float (reduce sum, sum of squares, layer-norm
-//               parameter gradients over rows)
+//               parameter gradients over rows, the epilogue's bias gradient over rows)
 //   1e-5 + 1e-4 softmax/log-softmax backward, layer-norm backward, attention backward,
 //               Plücker backward: differences of nearly equal sums
 //   see each check for the rest; every tolerance is written next to its check.
@@ -30,6 +32,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -234,6 +237,147 @@ void check_gemm(Suite& s) {
   }
 }
 
+// The GEMM epilogue: bias (one value per column, shared by every row and every matrix of
+// the batch) and the exact GELU with h kept in aux. C and aux start as NaN (beta == 0) so
+// an element not written, or C read where beta == 0 says it must not be, shows up; the
+// padding columns of C and aux must stay as they were.
+void check_gemm_epilogue(Suite& s) {
+  struct Shape { i64 m, n, k; };
+  std::vector<Shape> shapes = {{1, 1, 1}, {7, 33, 5}, {33, 7, 64}, {1, 7, 33}, {33, 1, 7}, {7, 7, 0}, {65, 33, 1}};
+  if (s.full_size) shapes.push_back({257, 300, 1029});
+  enum class Epi { Bias, BiasGelu, Gelu };
+  std::uint64_t seed = 150;
+  for (const Shape& sh : shapes) {
+    for (Trans ta : {Trans::N, Trans::T}) {
+      for (Trans tb : {Trans::N, Trans::T}) {
+        for (i64 batch : {i64(1), i64(3)}) {
+          for (float beta : {0.0f, 1.0f}) {
+            for (Epi epi : {Epi::Bias, Epi::BiasGelu, Epi::Gelu}) {
+              GemmArgs<float> g;
+              g.trans_a = ta;
+              g.trans_b = tb;
+              g.m = sh.m;
+              g.n = sh.n;
+              g.k = sh.k;
+              g.alpha = batch == 1 ? 1.0f : 0.7f;
+              g.beta = beta;
+              g.batch = batch;
+              g.act = epi == Epi::Bias ? Activation::None : Activation::Gelu;
+              const i64 a_rows = ta == Trans::N ? sh.m : sh.k, a_cols = ta == Trans::N ? sh.k : sh.m;
+              const i64 b_rows = tb == Trans::N ? sh.k : sh.n, b_cols = tb == Trans::N ? sh.n : sh.k;
+              const i64 pad = batch == 1 ? 3 : 0;  // padded leading dimensions on single matrices
+              g.lda = a_cols + pad;
+              g.ldb = b_cols + pad;
+              g.ldc = sh.n + pad;
+              const i64 a_size = a_rows * g.lda, b_size = b_rows * g.ldb, c_size = sh.m * g.ldc;
+              // batch 3 broadcasts B (stride 0), as a linear layer's weight over a batch
+              g.stride_a = a_size;
+              g.stride_b = batch == 1 ? b_size : 0;
+              g.stride_c = c_size;
+              const std::size_t c_count = std::size_t(c_size * batch);
+              auto A = random_floats(std::size_t(std::max<i64>(a_size * batch, 1)), seed++);
+              auto B = random_floats(std::size_t(std::max<i64>(b_size, 1)), seed++);
+              auto C = beta == 0.0f ? nans(c_count) : random_floats(c_count, seed++);
+              auto bias = random_floats(std::size_t(sh.n), seed++, -2.0f, 2.0f);
+              const bool has_bias = epi != Epi::Gelu, gelu = epi != Epi::Bias;
+              const std::string what = "gemm epilogue m,n,k=" + shape_str({sh.m, sh.n, sh.k}) + " ta=" +
+                                       std::to_string(int(ta)) + " tb=" + std::to_string(int(tb)) + " batch " +
+                                       std::to_string(batch) + " beta " + std::to_string(int(beta)) +
+                                       (has_bias ? " bias" : "") + (gelu ? " gelu" : "");
+              auto expected = C, aux_expected = nans(c_count);
+              GemmArgs<float> r = g;
+              r.a = A.data();
+              r.b = B.data();
+              r.c = expected.data();
+              r.bias = has_bias ? bias.data() : nullptr;
+              r.aux = gelu ? aux_expected.data() : nullptr;
+              s.ref.gemm(r);
+              auto got = run_twice(
+                  [&] {
+                    auto dA = s.put(A), dB = s.put(B), dC = s.put(C), dbias = s.put(bias);
+                    auto daux = s.put(nans(c_count));
+                    GemmArgs<float> d = g;
+                    d.a = dA.get();
+                    d.b = dB.get();
+                    d.c = dC.get();
+                    d.bias = has_bias ? dbias.get() : nullptr;
+                    d.aux = gelu ? daux.get() : nullptr;
+                    s.dev.gemm(d);
+                    return std::vector<std::vector<float>>{dC.download(), daux.download()};
+                  },
+                  what);
+              // h: the gemm tolerance (float accumulation over k terms) plus the bias's
+              // rounding. gelu(h): h's error times |gelu'| <= 1.13, plus erff's 2 ulp.
+              const double h_atol = 1e-6 * double(sh.k) + 2e-6;
+              if (gelu) {
+                expect_close(got[1], aux_expected, h_atol, 1e-5, what + " aux");
+                expect_close(got[0], expected, 1.2 * h_atol + 1e-6, 2e-5, what + " C");
+              } else {
+                expect_close(got[0], expected, h_atol, 1e-5, what + " C");
+                expect_close(got[1], nans(c_count), 0, 0, what + " aux untouched");
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The backward of the epilogue: gh = gy * gelu'(aux) (act Gelu), gbias = column sums of
+// gh (or of gy when act is None, where gh must not be written).
+void check_bias_act_backward(Suite& s) {
+  struct Shape { i64 rows, n; };
+  std::vector<Shape> shapes = {{1, 1}, {7, 33}, {33, 7}, {300, 70}, {1000, 67}, {0, 5}, {2000, 1}};
+  if (s.full_size) shapes.push_back({4096, 256});  // a model's hidden layer: the split column sum
+  std::uint64_t seed = 170;
+  for (const Shape& sh : shapes) {
+    const std::size_t size = std::size_t(sh.rows * sh.n), n = std::size_t(sh.n);
+    auto aux = random_floats(size, seed++, -4.0f, 4.0f);
+    auto gy = random_floats(size, seed++);
+    for (Activation act : {Activation::None, Activation::Gelu}) {
+      for (int variant = 0; variant < 3; ++variant) {
+        // 0: gh separate, gbias wanted; 1: gh aliases gy (Gelu) or gh null (None), gbias
+        // wanted; 2: no gbias
+        const bool want_gbias = variant != 2, alias = variant == 1;
+        const std::string what = "bias_act_backward " + shape_str({sh.rows, sh.n}) +
+                                 (act == Activation::Gelu ? " gelu" : " none") +
+                                 (alias ? (act == Activation::Gelu ? " gh=gy" : " gh=null") : "") +
+                                 (want_gbias ? "" : " no gbias");
+        std::vector<float> gh_ref = nans(size), gbias_ref = nans(n);
+        std::vector<float> gy_ref = gy;
+        float* ref_gh = alias ? (act == Activation::Gelu ? gy_ref.data() : nullptr) : gh_ref.data();
+        s.ref.bias_act_backward(act, aux.data(), gy_ref.data(), sh.rows, sh.n, ref_gh,
+                                want_gbias ? gbias_ref.data() : nullptr);
+        if (alias && act == Activation::Gelu) gh_ref = gy_ref;
+        auto got = run_twice(
+            [&] {
+              auto daux = s.put(aux), dgy = s.put(gy), dgh = s.put(nans(size)), dgbias = s.put(nans(n));
+              float* dev_gh = alias ? (act == Activation::Gelu ? dgy.get() : nullptr) : dgh.get();
+              s.dev.bias_act_backward(act, daux.get(), dgy.get(), sh.rows, sh.n, dev_gh,
+                                      want_gbias ? dgbias.get() : nullptr);
+              auto gh = alias && act == Activation::Gelu ? dgy.download() : dgh.download();
+              return std::vector<std::vector<float>>{gh, dgbias.download(), dgy.download()};
+            },
+            what);
+        if (act == Activation::Gelu) {
+          // gy * gelu'(aux): CUDA's erff/expf (<= 2 ulp), as the unary GELU backward
+          expect_close(got[0], gh_ref, 1e-6, 1e-5, what + " gh");
+        } else {
+          expect_close(got[0], nans(size), 0, 0, what + " gh not written");
+          expect_close(got[2], gy, 0, 0, what + " gy untouched");
+        }
+        // a float sum of rows terms of size <= 1.13 (in a different, fixed order)
+        if (want_gbias) {
+          expect_close(got[1], gbias_ref, 1e-6 * double(sh.rows) + 1e-6, 1e-5, what + " gbias");
+        } else {
+          expect_close(got[1], nans(n), 0, 0, what + " gbias not written");
+        }
+      }
+    }
+  }
+}
+
 // ---- element-wise ----------------------------------------------------------------------------
 
 void check_fill_unary(Suite& s) {
@@ -401,28 +545,76 @@ void check_dropout(Suite& s) {
   }
 }
 
+// One update of several tensors at once. The segment lists cross the CUDA side's chunk of
+// 32 segments, include empty tensors, and scale the gradients (clipping folded in).
 void check_adam(Suite& s) {
+  std::vector<std::vector<i64>> lists = {{1}, {1, 17, 1000}, {17, 0, 1, 1000, 33}, {70001, 1}};
+  {
+    std::vector<i64> many;  // 75 tensors: three chunks, the last one partial
+    for (int i = 0; i < 75; ++i) many.push_back(i % 11 == 3 ? 0 : (i * 37) % 101 + 1);
+    lists.push_back(many);
+  }
   std::uint64_t seed = 500;
-  for (i64 n : {i64(1), i64(33), i64(1000), i64(70001)}) {
+  for (const std::vector<i64>& sizes : lists) {
     for (bool decoupled : {true, false}) {
-      AdamParams hp{1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f - std::pow(0.9f, 3.0f), 1.0f - std::pow(0.999f, 3.0f),
-                    decoupled};
-      auto p = random_floats(static_cast<std::size_t>(n), seed++), g = random_floats(static_cast<std::size_t>(n), seed++);
-      auto m = random_floats(static_cast<std::size_t>(n), seed++, -0.1f, 0.1f), v = random_floats(static_cast<std::size_t>(n), seed++, 0.0f, 0.01f);
-      auto p_ref = p, m_ref = m, v_ref = v;
-      s.ref.adam_update(hp, p_ref.data(), g.data(), m_ref.data(), v_ref.data(), n);
-      const std::string what = "adam n=" + std::to_string(n) + (decoupled ? " adamw" : " adam-l2");
-      auto got = run_twice(
-          [&] {
-            auto dp = s.put(p), dg = s.put(g), dm = s.put(m), dv = s.put(v);
-            s.dev.adam_update(hp, dp.get(), dg.get(), dm.get(), dv.get(), n);
-            return std::vector<std::vector<float>>{dp.download(), dm.download(), dv.download()};
-          },
-          what);
-      // double arithmetic on both sides; only sqrt/division implementations may differ
-      expect_close(got[0], p_ref, 1e-7, 1e-6, what + " param");
-      expect_close(got[1], m_ref, 1e-9, 1e-6, what + " m");
-      expect_close(got[2], v_ref, 1e-12, 1e-6, what + " v");
+      for (float grad_scale : {1.0f, 0.37f}) {
+        AdamParams hp{1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f - std::pow(0.9f, 3.0f), 1.0f - std::pow(0.999f, 3.0f),
+                      decoupled, grad_scale};
+        const std::size_t count = sizes.size();
+        std::vector<std::vector<float>> p(count), g(count), m(count), v(count);
+        std::vector<std::vector<float>> p_ref(count), m_ref(count), v_ref(count);
+        std::vector<AdamSegment<float>> ref_segments(count);
+        i64 total = 0;
+        for (std::size_t t = 0; t < count; ++t) {
+          const std::size_t n = std::size_t(sizes[t]);
+          p[t] = random_floats(n, seed++);
+          g[t] = random_floats(n, seed++, -3.0f, 3.0f);
+          m[t] = random_floats(n, seed++, -0.1f, 0.1f);
+          v[t] = random_floats(n, seed++, 0.0f, 0.01f);
+          p_ref[t] = p[t];
+          m_ref[t] = m[t];
+          v_ref[t] = v[t];
+          ref_segments[t] = {p_ref[t].data(), g[t].data(), m_ref[t].data(), v_ref[t].data(), sizes[t]};
+          total += sizes[t];
+        }
+        s.ref.adam_update(hp, ref_segments.data(), i64(count));
+        const std::string what = "adam " + std::to_string(count) + " tensors, " + std::to_string(total) +
+                                 " elements" + (decoupled ? " adamw" : " adam-l2") + " grad_scale " +
+                                 std::to_string(grad_scale);
+        auto got = run_twice(
+            [&] {
+              std::vector<std::unique_ptr<DeviceBuffer<float>>> buffers;
+              std::vector<AdamSegment<float>> segments(count);
+              for (std::size_t t = 0; t < count; ++t) {
+                for (const auto* host : {&p[t], &g[t], &m[t], &v[t]}) {
+                  buffers.push_back(std::make_unique<DeviceBuffer<float>>(s.alloc, *host));
+                }
+                segments[t] = {buffers[4 * t]->get(), buffers[4 * t + 1]->get(), buffers[4 * t + 2]->get(),
+                               buffers[4 * t + 3]->get(), sizes[t]};
+              }
+              s.dev.adam_update(hp, segments.data(), i64(count));
+              // every tensor's param, m, v, concatenated
+              std::vector<std::vector<float>> out(3);
+              for (std::size_t t = 0; t < count; ++t) {
+                for (int k = 0; k < 3; ++k) {
+                  auto host = buffers[4 * t + std::size_t(k == 0 ? 0 : k + 1)]->download();
+                  out[std::size_t(k)].insert(out[std::size_t(k)].end(), host.begin(), host.end());
+                }
+              }
+              return out;
+            },
+            what);
+        std::vector<std::vector<float>> expected(3);
+        for (std::size_t t = 0; t < count; ++t) {
+          expected[0].insert(expected[0].end(), p_ref[t].begin(), p_ref[t].end());
+          expected[1].insert(expected[1].end(), m_ref[t].begin(), m_ref[t].end());
+          expected[2].insert(expected[2].end(), v_ref[t].begin(), v_ref[t].end());
+        }
+        // double arithmetic on both sides; only sqrt/division implementations may differ
+        expect_close(got[0], expected[0], 1e-7, 1e-6, what + " param");
+        expect_close(got[1], expected[1], 1e-9, 1e-6, what + " m");
+        expect_close(got[2], expected[2], 1e-12, 1e-6, what + " v");
+      }
     }
   }
 }
@@ -865,6 +1057,8 @@ void run_cuda_parity_suite(const wedge::kernels::KernelTable<float>& table, cons
   using namespace wedge::kernels::cuda_parity;
   Suite s{table, memory, device, full_size};
   check_gemm(s);
+  check_gemm_epilogue(s);
+  check_bias_act_backward(s);
   check_fill_unary(s);
   check_binary(s);
   check_dropout(s);
@@ -879,6 +1073,17 @@ void run_cuda_parity_suite(const wedge::kernels::KernelTable<float>& table, cons
   check_memory(s);
 }
 
+// Only the GEMM checks (plain and with the epilogue): the emulation runs them a second time
+// on the unfused path (plain GEMM, then the separate epilogue pass) that the GPU takes where
+// cuBLASLt offers no algorithm.
+void run_cuda_gemm_suite(const wedge::kernels::KernelTable<float>& table, const wedge::kernels::MemoryTable& memory,
+                         wedge::Allocator& device, bool full_size) {
+  using namespace wedge::kernels::cuda_parity;
+  Suite s{table, memory, device, full_size};
+  check_gemm(s);
+  check_gemm_epilogue(s);
+}
+
 TEST_CASE("CUDA kernels match the reference kernels on awkward shapes") {
   const auto* table = wedge::kernels::kernel_table<float>(1);
   const auto* memory = wedge::kernels::memory_table(1);
@@ -888,7 +1093,8 @@ TEST_CASE("CUDA kernels match the reference kernels on awkward shapes") {
   }
   // Every entry of the contract is filled; there is no double table on the GPU.
   const auto& t = *table;
-  const void* entries[] = {(void*)t.gemm, (void*)t.fill, (void*)t.unary, (void*)t.unary_backward, (void*)t.binary,
+  const void* entries[] = {(void*)t.gemm, (void*)t.bias_act_backward, (void*)t.fill, (void*)t.unary,
+                           (void*)t.unary_backward, (void*)t.binary,
                            (void*)t.reduce, (void*)t.softmax_forward, (void*)t.softmax_backward,
                            (void*)t.cross_entropy_forward, (void*)t.cross_entropy_backward,
                            (void*)t.layer_norm_forward, (void*)t.layer_norm_backward, (void*)t.embedding_forward,
