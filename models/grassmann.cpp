@@ -48,8 +48,18 @@ Tensor GrassmannMixing::forward(const Tensor& h) const {
     // On the reversed sequence position L-1-t pairs with L-1-t-Δ, i.e. t with t+Δ.
     p_mean = reverse_positions(ops::plucker_mean(reverse_positions(z), offsets_));
   }
-  Tensor g = plucker_.forward(p_mean);
-  if (out_ != nullptr) g = out_->forward(g);
+  Tensor g;
+  if (out_ == nullptr) {
+    g = plucker_.forward(p_mean);
+  } else {
+    // W_o (W_plü p + b_plü) + b_o = (W_o W_plü) p + (W_o b_plü + b_o): both maps are
+    // linear, so fold them into one (d, P) matrix first — a (d x d x P) product per step
+    // instead of a (B·L x d x d) one — and run one GEMM over the tokens. Gradients reach
+    // W_o, W_plü, b_plü and b_o through the two small products.
+    const Tensor folded_weight = ops::matmul(out_->weight, plucker_.weight);
+    const Tensor folded_bias = ops::linear(plucker_.bias, out_->weight, out_->bias);
+    g = ops::linear(p_mean, folded_weight, folded_bias);
+  }
   // p_mean is already 0 where no offset is valid; the mask removes the biases there too.
   return g * validity_mask(h.size(1), h.device());
 }

@@ -185,6 +185,43 @@ TEST_CASE("the output head is the token table: gradient reaches rows of unseen t
   }
 }
 
+TEST_CASE("gradients of every parameter tensor match central differences (both models)") {
+  // In particular GrassmannLM's mixing output: it folds W_o W_plü into one matrix before
+  // the token GEMM, so W_o, b_o, W_plü and b_plü get their gradients through that fold.
+  for (const char* kind : {"transformer", "grassmann"}) {
+    CAPTURE(kind);
+    LMConfig c = tiny(kind);
+    auto model = models::make_model(c);
+    models::testing::randomize_parameters(*model, 21);
+    const std::vector<std::int32_t> ids = random_ids(2 * 9, c.vocab_size, 3);
+    const std::vector<std::int32_t> targets = random_ids(2 * 9, c.vocab_size, 4);
+    auto loss = [&] {
+      return ops::cross_entropy(ops::reshape(model->forward(Tensor::from_vector(ids, {2, 9})), {18, c.vocab_size}),
+                                Tensor::from_vector(targets, {18}));
+    };
+    model->zero_grad();
+    loss().backward();
+    for (const auto& [name, p] : model->named_parameters()) {
+      CAPTURE(name);
+      const std::vector<float> grad = p.grad().to_vector<float>();
+      std::vector<float> values = p.to_vector<float>();
+      // Two entries per tensor: the first and one in the middle.
+      for (std::size_t k : {std::size_t{0}, values.size() / 2}) {
+        const float original = values[k], h = 1e-2f;
+        auto loss_at = [&](float value) {
+          values[k] = value;
+          NoGradGuard no_grad;
+          Tensor(p).detach().copy_(Tensor::from_vector(values, p.shape()));
+          return loss().item();
+        };
+        const double numeric = (loss_at(original + h) - loss_at(original - h)) / (2.0 * h);
+        loss_at(original);
+        CHECK(grad[k] == doctest::Approx(numeric).epsilon(0.03).scale(0.05));
+      }
+    }
+  }
+}
+
 TEST_CASE("dropout: active in training, off in eval, reproducible from the seed") {
   for (const char* kind : {"transformer", "grassmann"}) {
     CAPTURE(kind);
