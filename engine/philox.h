@@ -44,8 +44,10 @@ WEDGE_HOST_DEVICE Philox4 philox4x32(std::uint64_t counter, std::uint64_t seed) 
 }
 
 // Uniform float in [0, 1) with 24 random bits, for element `index` of stream `seed`.
+// One Philox block gives four 32-bit words: elements 4c .. 4c+3 take words 0..3 of
+// counter c, so a vector kernel spends one block on four elements.
 WEDGE_HOST_DEVICE float philox_uniform(std::uint64_t seed, std::uint64_t index) {
-  return static_cast<float>(philox4x32(index, seed).v[0] >> 8) * (1.0f / 16777216.0f);
+  return static_cast<float>(philox4x32(index >> 2, seed).v[index & 3] >> 8) * (1.0f / 16777216.0f);
 }
 
 // Standard normal (Box-Muller on two 32-bit outputs of the same counter), as double.

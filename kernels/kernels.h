@@ -217,6 +217,13 @@ struct KernelTable {
                                 const std::int32_t* offsets, i64 m, T eps, const T* norms,
                                 const T* gout, T* gz) = nullptr;
 
+  // Gated fusion (GrassmannLM, PAPERS.md §2 step 5) over n contiguous elements:
+  //   s = sigmoid(a),  out = s * x + (1 - s) * y
+  void (*gate_mix_forward)(const T* a, const T* x, const T* y, T* out, i64 n) = nullptr;
+  // Writes all three: ga = gout * (x - y) * s (1 - s),  gx = gout * s,  gy = gout * (1 - s).
+  void (*gate_mix_backward)(const T* a, const T* x, const T* y, const T* gout, T* ga, T* gx,
+                            T* gy, i64 n) = nullptr;
+
   // One AdamW/Adam update of every parameter of a model at once (see AdamParams):
   // `segments` (host memory, `count` entries) lists the tensors; the pointers in them are
   // device memory. One pass: the work is split over the total element count, not tensor by

@@ -79,8 +79,8 @@ GrassmannBlock::GrassmannBlock(const LMConfig& c, std::vector<std::int32_t> offs
 
 Tensor GrassmannBlock::forward(const Tensor& h_in) const {
   const Tensor g = mixing_dropout_.forward(mixing_.forward(h_in));
-  const Tensor alpha = ops::sigmoid(gate_.forward(ops::cat({h_in, g}, 2)));
-  const Tensor h_mix = alpha * h_in + (1.0 - alpha) * g;
+  // alpha = sigmoid(W_gate [h; g] + b_gate), h_mix = alpha h + (1 - alpha) g: one fused op.
+  const Tensor h_mix = ops::gate_mix(gate_.forward(ops::cat({h_in, g}, 2)), h_in, g);
   const Tensor h = norm1_.forward(h_mix);
   return norm2_.forward(h + ffn_dropout_.forward(ffn_.forward(h)));
 }

@@ -203,4 +203,38 @@ Tensor dropout(const Tensor& x_in, double p, bool training, std::uint64_t seed, 
   });
 }
 
+// ---- gated fusion --------------------------------------------------------------------------------
+
+Tensor gate_mix(const Tensor& a_in, const Tensor& x_in, const Tensor& y_in) {
+  check_floating("gate_mix", a_in, "a");
+  check_same("gate_mix", {a_in, x_in, y_in});
+  if (a_in.shape() != x_in.shape() || a_in.shape() != y_in.shape())
+    fail("gate_mix", "a, x and y must have one shape, got " + shape_str(a_in.shape()) + ", " +
+                         shape_str(x_in.shape()) + " and " + shape_str(y_in.shape()));
+  Tensor a = a_in.contiguous(), x = x_in.contiguous(), y = y_in.contiguous();
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
+  const std::int64_t n = a.numel();
+  dispatch_float("gate_mix", a, [&](auto tag) {
+    using T = decltype(tag);
+    if (n > 0)
+      need("gate_mix", table<T>("gate_mix", a).gate_mix_forward, a)(a.data<T>(), x.data<T>(), y.data<T>(),
+                                                                    out.data<T>(), n);
+  });
+  return record_op(out, "gate_mix", {a_in, x_in, y_in},
+                   [sa = saved(a), sx = saved(x), sy = saved(y), n](const Tensor& g_in) -> std::vector<Tensor> {
+                     Tensor g = g_in.contiguous();
+                     Tensor ga = Tensor::empty(g.shape(), g.dtype(), g.device());
+                     Tensor gx = Tensor::empty(g.shape(), g.dtype(), g.device());
+                     Tensor gy = Tensor::empty(g.shape(), g.dtype(), g.device());
+                     dispatch_float("gate_mix", g, [&](auto tag) {
+                       using T = decltype(tag);
+                       if (n > 0)
+                         need("gate_mix", table<T>("gate_mix", g).gate_mix_backward, g)(
+                             sa.data<T>(), sx.data<T>(), sy.data<T>(), g.data<T>(), ga.data<T>(), gx.data<T>(),
+                             gy.data<T>(), n);
+                     });
+                     return {ga, gx, gy};
+                   });
+}
+
 }  // namespace wedge::ops

@@ -79,6 +79,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
 // Inverted dropout. The mask of element i is philox(seed, offset + i); callers draw
 // (seed, offset) from their Generator (engine/rng.h). Identity when !training or p == 0.
 Tensor dropout(const Tensor& x, double p, bool training, std::uint64_t seed, std::uint64_t offset);
+// Gated fusion, one pass: sigmoid(a) * x + (1 - sigmoid(a)) * y (a, x, y of one shape).
+Tensor gate_mix(const Tensor& a, const Tensor& x, const Tensor& y);
 // q, k, v (B, H, L, dh) -> (B, H, L, dh). softmax(q k^T / sqrt(dh) [+ causal mask]) v.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = true);
 // z (B, L, r) -> (B, L, m, r(r-1)/2): normalised Plücker coordinates of (z_t, z_{t-Δ_j}),

@@ -46,6 +46,9 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
                         const float* lse, const float* gout, i64 BH, i64 L, i64 dh, float scale,
                         bool causal, float* gq, float* gk, float* gv);
 void sum_squares(const float* x, i64 n, float* out, bool accumulate);
+void gate_mix_forward(const float* a, const float* x, const float* y, float* out, i64 n);
+void gate_mix_backward(const float* a, const float* x, const float* y, const float* gout, float* ga, float* gx,
+                       float* gy, i64 n);
 }  // namespace avx512
 
 }  // namespace wedge::kernels::cpu

@@ -138,4 +138,12 @@ inline __m512 gelu_derivative_ps(__m512 x) {
   return _mm512_fmadd_ps(x, pdf, normal_cdf_ps(x));
 }
 
+// sigmoid without overflow: e = exp(-|x|); x >= 0: 1 / (1 + e), x < 0: e / (1 + e).
+inline __m512 sigmoid_ps(__m512 x) {
+  const __m512 e = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(x)));
+  const __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+  const __mmask16 negative = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
+  return _mm512_mask_mul_ps(inv, negative, inv, e);
+}
+
 }  // namespace wedge::kernels::cpu::avx512

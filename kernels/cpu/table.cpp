@@ -30,6 +30,8 @@ KernelTable<float> make_cpu_table_f32() {
     t.layer_norm_backward = k::layer_norm_backward;
     t.adam_update = k::adam_update;
     t.bias_act_backward = k::bias_act_backward;
+    t.gate_mix_forward = k::gate_mix_forward;
+    t.gate_mix_backward = k::gate_mix_backward;
     t.sum_squares = k::sum_squares;
     t.attention_forward = k::attention_forward;
     t.attention_backward = k::attention_backward;

@@ -152,13 +152,35 @@ void sum_squares(const T* x, i64 n, T* out, bool accumulate) {
   *out = accumulate ? T(acc_t(*out) + sum) : T(sum);
 }
 
+// Gated fusion: s = sigmoid(a), out = s x + (1 - s) y.
+template <typename T>
+void gate_mix_forward(const T* a, const T* x, const T* y, T* out, i64 n) {
+  for (i64 i = 0; i < n; ++i) {
+    const acc_t s = sigmoid(acc_t(a[i]));
+    out[i] = T(s * acc_t(x[i]) + (1.0 - s) * acc_t(y[i]));
+  }
+}
+
+// d out / d a = (x - y) s (1 - s),  d out / d x = s,  d out / d y = 1 - s.
+template <typename T>
+void gate_mix_backward(const T* a, const T* x, const T* y, const T* gout, T* ga, T* gx, T* gy, i64 n) {
+  for (i64 i = 0; i < n; ++i) {
+    const acc_t s = sigmoid(acc_t(a[i])), g = acc_t(gout[i]);
+    ga[i] = T(g * (acc_t(x[i]) - acc_t(y[i])) * s * (1.0 - s));
+    gx[i] = T(g * s);
+    gy[i] = T(g * (1.0 - s));
+  }
+}
+
 #define WEDGE_REF_INSTANTIATE(T)                                                            \
   template void fill<T>(T*, T, i64);                                                        \
   template void unary<T>(UnaryOp, T, const T*, T*, i64);                                    \
   template void unary_backward<T>(UnaryOp, T, const T*, const T*, const T*, T*, i64, bool); \
   template void binary<T>(BinaryOp, const BroadcastLayout&, const T*, const T*, T*);        \
   template void reduce<T>(ReduceOp, const T*, T*, int32_t*, i64, i64, i64);                 \
-  template void sum_squares<T>(const T*, i64, T*, bool);
+  template void sum_squares<T>(const T*, i64, T*, bool);                                   \
+  template void gate_mix_forward<T>(const T*, const T*, const T*, T*, i64);                 \
+  template void gate_mix_backward<T>(const T*, const T*, const T*, const T*, T*, T*, T*, i64);
 WEDGE_REF_INSTANTIATE(float)
 WEDGE_REF_INSTANTIATE(double)
 #undef WEDGE_REF_INSTANTIATE

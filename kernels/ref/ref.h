@@ -42,6 +42,10 @@ template <typename T>
 void reduce(ReduceOp op, const T* x, T* y, int32_t* idx, i64 outer, i64 n, i64 inner);
 template <typename T>
 void sum_squares(const T* x, i64 n, T* out, bool accumulate);
+template <typename T>
+void gate_mix_forward(const T* a, const T* x, const T* y, T* out, i64 n);
+template <typename T>
+void gate_mix_backward(const T* a, const T* x, const T* y, const T* gout, T* ga, T* gx, T* gy, i64 n);
 
 // softmax.cpp
 template <typename T>

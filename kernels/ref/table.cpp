@@ -34,6 +34,8 @@ KernelTable<T> make_ref_table() {
   t.plucker_mean_backward = ref::plucker_mean_backward<T>;
   t.adam_update = ref::adam_update<T>;
   t.sum_squares = ref::sum_squares<T>;
+  t.gate_mix_forward = ref::gate_mix_forward<T>;
+  t.gate_mix_backward = ref::gate_mix_backward<T>;
   return t;
 }
 

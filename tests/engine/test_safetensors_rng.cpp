@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "engine/philox.h"
 #include "engine/rng.h"
 #include "engine/safetensors.h"
 #include "ops/ops.h"
@@ -143,4 +144,18 @@ TEST_CASE("the counter-based RNG is reproducible and position-addressable") {
   Tensor x = Tensor::ones({64});
   CHECK(ops::dropout(x, 0.5, true, 11, 0).to_vector<float>() == ops::dropout(x, 0.5, true, 11, 0).to_vector<float>());
   CHECK(ops::dropout(x, 0.5, true, 11, 0).to_vector<float>() != ops::dropout(x, 0.5, true, 11, 64).to_vector<float>());
+}
+
+TEST_CASE("Philox-4x32-10 matches the published known answer, and uniforms use all four words") {
+  // Salmon et al.'s known-answer vector for counter 0 under key 0.
+  const Philox4 r = philox4x32(0, 0);
+  CHECK(r.v[0] == 0x6627e8d5u);
+  CHECK(r.v[1] == 0xe169c58du);
+  CHECK(r.v[2] == 0xbc57ac4cu);
+  CHECK(r.v[3] == 0x9b00dbd8u);
+  // Element 4c + w is word w of counter c, top 24 bits.
+  for (std::uint64_t index : {0ull, 1ull, 2ull, 3ull, 4ull, 4097ull, (1ull << 34) + 6}) {
+    const Philox4 block = philox4x32(index / 4, 99);
+    CHECK(philox_uniform(99, index) == static_cast<float>(block.v[index % 4] >> 8) / 16777216.0f);
+  }
 }

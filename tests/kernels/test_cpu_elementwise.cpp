@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/philox.h"
+#include "engine/thread_pool.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/ref/ref.h"
@@ -85,12 +86,16 @@ TEST_CASE("avx512 axis sums equal the reference bit for bit") {
 }
 
 TEST_CASE("avx512 dropout draws the reference mask and values, including across a 2^32 counter boundary") {
+  // Element i uses word i % 4 of Philox counter i / 4 (engine/philox.h); offsets of every
+  // residue mod 4 start a kernel block part-way through a counter, and an offset near
+  // 4 * 2^32 carries the counter's low word into its high word inside a vector.
   if (!cpu::has_avx512()) {
     MESSAGE("no AVX-512 on this CPU: skipped");
     return;
   }
   for (auto [n, p, offset] : std::vector<std::tuple<i64, float, std::uint64_t>>{
-           {1, 0.5f, 0}, {37, 0.1f, 5}, {100003, 0.3f, 123456789}, {1000, 0.5f, 0xFFFFFFFFull - 500}, {64, 1.0f, 9}, {50, 0.0f, 0}}) {
+           {1, 0.5f, 0}, {37, 0.1f, 5}, {100003, 0.3f, 123456789}, {1000, 0.5f, 4 * 0xFFFFFFFFull - 502},
+           {64, 1.0f, 9}, {50, 0.0f, 0}, {65, 0.5f, 2}, {70001, 0.25f, 3}, {3, 0.5f, 7}}) {
     const auto x = random_floats(static_cast<std::size_t>(n), 4);
     std::vector<float> want(n), got(n, -7.0f), gwant(n), ggot(n, -7.0f);
     ref::dropout_forward<float>(x.data(), want.data(), n, p, 77, offset);
@@ -100,5 +105,11 @@ TEST_CASE("avx512 dropout draws the reference mask and values, including across 
     ref::dropout_backward<float>(x.data(), gwant.data(), n, p, 77, offset);
     cpu::avx512::dropout_backward(x.data(), ggot.data(), n, p, 77, offset);
     CHECK(gwant == ggot);
+    std::vector<float> one_thread(n);
+    const int saved_threads = wedge::num_threads();
+    wedge::set_num_threads(1);  // other chunk boundaries: every block start still agrees
+    cpu::avx512::dropout_forward(x.data(), one_thread.data(), n, p, 77, offset);
+    wedge::set_num_threads(saved_threads);
+    CHECK(one_thread == got);
   }
 }

@@ -132,3 +132,31 @@ TEST_CASE("cpu unary: NaN and infinities behave as in the reference") {
 }
 
 }  // namespace wedge::kernels
+
+namespace wedge::kernels {
+
+TEST_CASE("cpu gate_mix forward/backward match the reference, saturated gates included") {
+  if (!testing::avx512_available()) return;
+  for (i64 n : {1, 7, 33, 1000, 100003}) {
+    INFO("n " << n);
+    const std::size_t size = static_cast<std::size_t>(n);
+    // Gates from -100 to 100: the sigmoid saturates to exactly 0 and 1 without NaNs.
+    std::vector<float> a = testing::random_floats(size, 51, -100.0f, 100.0f);
+    for (std::size_t i = 0; i < size; i += 3) a[i] *= 0.05f;  // and plenty in the live range
+    const std::vector<float> x = testing::random_floats(size, 52), y = testing::random_floats(size, 53),
+                             gout = testing::random_floats(size, 54);
+    std::vector<float> out(size), out_ref(size);
+    cpu::avx512::gate_mix_forward(a.data(), x.data(), y.data(), out.data(), n);
+    ref_table_f32().gate_mix_forward(a.data(), x.data(), y.data(), out_ref.data(), n);
+    testing::expect_close(out, out_ref, 1e-6, 1e-5, "out");
+    std::vector<float> ga(size), gx(size), gy(size), ga_ref(size), gx_ref(size), gy_ref(size);
+    cpu::avx512::gate_mix_backward(a.data(), x.data(), y.data(), gout.data(), ga.data(), gx.data(), gy.data(), n);
+    ref_table_f32().gate_mix_backward(a.data(), x.data(), y.data(), gout.data(), ga_ref.data(), gx_ref.data(),
+                                      gy_ref.data(), n);
+    testing::expect_close(ga, ga_ref, 1e-6, 1e-5, "ga");
+    testing::expect_close(gx, gx_ref, 1e-6, 1e-5, "gx");
+    testing::expect_close(gy, gy_ref, 1e-6, 1e-5, "gy");
+  }
+}
+
+}  // namespace wedge::kernels

@@ -36,6 +36,8 @@ std::vector<OpCase> cases() {
   add("linear", "bias", [] { gradcheck("linear", [](const V& x) { return ops::linear(x[0], x[1], x[2]); }, {input({4, 3}, 13), input({5, 3}, 14), input({5}, 15)}); });
   add("linear", "3-D input, no bias", [] { gradcheck("linear 3-D", [](const V& x) { return ops::linear(x[0], x[1]); }, {input({2, 3, 4}, 16), input({2, 4}, 17)}); });
   add("linear", "non-contiguous input", [] { gradcheck("linear strided", [](const V& x) { return ops::linear(x[0], x[1], x[2]); }, {input({3, 4}, 18, true), input({1, 4}, 19), input({1}, 20)}); });
+  add("gate_mix", "gate, two inputs", [] { gradcheck("gate_mix", [](const V& x) { return ops::gate_mix(x[0], x[1], x[2]); }, {input({3, 5}, 41, false, 0.0, 3.0), input({3, 5}, 42), input({3, 5}, 43)}); });
+  add("gate_mix", "non-contiguous gate", [] { gradcheck("gate_mix strided", [](const V& x) { return ops::gate_mix(x[0], x[1], x[2]); }, {input({4, 3}, 44, true), input({4, 3}, 45), input({4, 3}, 46)}); });
   add("linear_gelu", "bias", [] { gradcheck("linear_gelu", [](const V& x) { return ops::linear_gelu(x[0], x[1], x[2]); }, {input({4, 3}, 21), input({5, 3}, 22), input({5}, 23)}); });
   add("linear_gelu", "3-D input, no bias", [] { gradcheck("linear_gelu 3-D", [](const V& x) { return ops::linear_gelu(x[0], x[1]); }, {input({2, 3, 4}, 24), input({2, 4}, 25)}); });
   add("linear_gelu", "non-contiguous input, wide output", [] { gradcheck("linear_gelu strided", [](const V& x) { return ops::linear_gelu(x[0], x[1], x[2]); }, {input({3, 4}, 26, true), input({37, 4}, 27), input({37}, 28)}); });
