@@ -28,6 +28,9 @@ void binary(BinaryOp op, const BroadcastLayout& layout, const float* a, const fl
 void dropout_forward(const float* x, float* y, i64 n, float p, std::uint64_t seed, std::uint64_t offset);
 void dropout_backward(const float* gy, float* gx, i64 n, float p, std::uint64_t seed,
                       std::uint64_t offset);
+void gate_mix_forward(const float* a, const float* x, const float* y, float* out, i64 n);
+void gate_mix_backward(const float* a, const float* x, const float* y, const float* gout, float* ga,
+                       float* gx, float* gy, i64 n);
 void adam_update(const AdamParams& hp, const AdamSegment<float>* segments, i64 count);
 void bias_act_backward(Activation act, const float* aux, const float* gy, i64 rows, i64 n, float* gh,
                        float* gbias);

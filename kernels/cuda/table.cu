@@ -33,6 +33,8 @@ KernelTable<float> make_table_f32() {
   t.plucker_backward = plucker_backward;
   t.plucker_mean_forward = plucker_mean_forward;
   t.plucker_mean_backward = plucker_mean_backward;
+  t.gate_mix_forward = gate_mix_forward;
+  t.gate_mix_backward = gate_mix_backward;
   t.adam_update = adam_update;
   t.sum_squares = sum_squares;
   return t;

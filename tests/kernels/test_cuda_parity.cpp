@@ -16,6 +16,7 @@
 //               float operation on both sides), reduce max and its index
 //   1e-6 + 1e-5 transcendental unary maps and their derivatives (CUDA's expf, erff, powf
 //               ... are within 2 ulp; the reference rounds a double result once)
+//   1e-6 .. 2e-6 the gated fusion (relative; see check_gate_mix for the error budget)
 //   k * 1e-6    gemm (float accumulation over k terms of size <= 1); with the epilogue,
 //               + 2e-6 for the bias's rounding, and x 1.2 (+ 1e-6) after the GELU
 //               (|gelu'| <= 1.13, erff within 2 ulp)
@@ -545,6 +546,56 @@ void check_dropout(Suite& s) {
   }
 }
 
+// Gated fusion: s = sigmoid(a), out = s x + (1 - s) y, and its three gradients. The gate
+// logits are mostly moderate but every third one is drawn from a list reaching far into
+// the range where a naive sigmoid overflows (exp(100) is inf in float) or where s rounds
+// to 0 or 1 and s (1 - s) underflows: no output may become NaN or infinite.
+void check_gate_mix(Suite& s) {
+  const float inf = std::numeric_limits<float>::infinity(), big = std::numeric_limits<float>::max();
+  const float extremes[] = {100.0f, -100.0f, 30.0f, -30.0f, 88.5f, -88.5f, 17.0f, -17.0f, 0.0f,
+                            1000.0f, -1000.0f, big, -big, inf, -inf};
+  const std::size_t n_extremes = sizeof(extremes) / sizeof(extremes[0]);
+  std::uint64_t seed = 450;
+  for (i64 n : {i64(1), i64(7), i64(33), i64(1000), i64(100003)}) {
+    const std::size_t size = std::size_t(n);
+    auto a = random_floats(size, seed++, -8.0f, 8.0f);
+    for (std::size_t i = 0; i < size; i += 3) a[i] = extremes[(i / 3) % n_extremes];
+    auto x = random_floats(size, seed++, -2.0f, 2.0f);
+    auto y = random_floats(size, seed++, -2.0f, 2.0f);
+    auto gout = random_floats(size, seed++);
+    const std::string what = "gate_mix n=" + std::to_string(n);
+    std::vector<float> out_ref(size), ga_ref(size), gx_ref(size), gy_ref(size);
+    s.ref.gate_mix_forward(a.data(), x.data(), y.data(), out_ref.data(), n);
+    s.ref.gate_mix_backward(a.data(), x.data(), y.data(), gout.data(), ga_ref.data(), gx_ref.data(),
+                            gy_ref.data(), n);
+    auto got = run_twice(
+        [&] {
+          auto da = s.put(a), dx = s.put(x), dy = s.put(y), dgout = s.put(gout);
+          auto dout = s.put(nans(size)), dga = s.put(nans(size)), dgx = s.put(nans(size)), dgy = s.put(nans(size));
+          s.dev.gate_mix_forward(da.get(), dx.get(), dy.get(), dout.get(), n);
+          s.dev.gate_mix_backward(da.get(), dx.get(), dy.get(), dgout.get(), dga.get(), dgx.get(), dgy.get(), n);
+          return std::vector<std::vector<float>>{dout.download(), dga.download(), dgx.download(), dgy.download()};
+        },
+        what);
+    for (std::size_t k = 0; k < got.size(); ++k) {
+      const auto finite = std::count_if(got[k].begin(), got[k].end(), [](float v) { return std::isfinite(v); });
+      CHECK_MESSAGE(std::size_t(finite) == size, what << " output " << k << ": NaN or infinity");
+    }
+    // The device works in float: s and 1 - s each carry expf's 2 ulp plus three roundings
+    // (relative error <= 5.4e-7; 1 - s is formed as e / (1 + e), never as 1 - s), the
+    // reference rounds a double result once. gx, gy: one more product, <= 6.6e-7
+    // relative. ga: also x - y and two more products, <= 1.1e-6. out: s x + (1 - s) y may
+    // cancel, so its error is relative to |s x| + |(1 - s) y| <= 2, not to out: 1.3e-6
+    // absolute. atol 1e-15 on the gradients: the reference forms 1 - s by subtraction in
+    // double (absolute error <= 1.1e-16, so no relative accuracy once s rounds near 1, a >
+    // 23), times |gout (x - y)| <= 4; it also covers float's denormals (below 1.2e-38).
+    expect_close(got[0], out_ref, 2e-6, 1e-6, what + " out");
+    expect_close(got[1], ga_ref, 1e-15, 2e-6, what + " ga");
+    expect_close(got[2], gx_ref, 1e-15, 1e-6, what + " gx");
+    expect_close(got[3], gy_ref, 1e-15, 1e-6, what + " gy");
+  }
+}
+
 // One update of several tensors at once. The segment lists cross the CUDA side's chunk of
 // 32 segments, include empty tensors, and scale the gradients (clipping folded in).
 void check_adam(Suite& s) {
@@ -1062,6 +1113,7 @@ void run_cuda_parity_suite(const wedge::kernels::KernelTable<float>& table, cons
   check_fill_unary(s);
   check_binary(s);
   check_dropout(s);
+  check_gate_mix(s);
   check_adam(s);
   check_reduce(s);
   check_softmax(s);
@@ -1101,6 +1153,7 @@ TEST_CASE("CUDA kernels match the reference kernels on awkward shapes") {
                            (void*)t.embedding_backward, (void*)t.dropout_forward, (void*)t.dropout_backward,
                            (void*)t.attention_forward, (void*)t.attention_backward, (void*)t.plucker_forward,
                            (void*)t.plucker_backward, (void*)t.plucker_mean_forward, (void*)t.plucker_mean_backward,
+                           (void*)t.gate_mix_forward, (void*)t.gate_mix_backward,
                            (void*)t.adam_update, (void*)t.sum_squares, (void*)memory->strided_copy,
                            (void*)memory->cast};
   for (const void* e : entries) CHECK(e != nullptr);
