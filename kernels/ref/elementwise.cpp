@@ -152,12 +152,20 @@ void sum_squares(const T* x, i64 n, T* out, bool accumulate) {
   *out = accumulate ? T(acc_t(*out) + sum) : T(sum);
 }
 
+// sigmoid(a) and 1 - sigmoid(a) = sigmoid(-a), each to full relative precision (1 - s
+// formed by subtraction would lose it once s is within 1e-16 of 1).
+static void sigmoid_pair(acc_t a, acc_t& s, acc_t& one_minus_s) {
+  s = sigmoid(a);
+  one_minus_s = sigmoid(-a);
+}
+
 // Gated fusion: s = sigmoid(a), out = s x + (1 - s) y.
 template <typename T>
 void gate_mix_forward(const T* a, const T* x, const T* y, T* out, i64 n) {
   for (i64 i = 0; i < n; ++i) {
-    const acc_t s = sigmoid(acc_t(a[i]));
-    out[i] = T(s * acc_t(x[i]) + (1.0 - s) * acc_t(y[i]));
+    acc_t s, rest;
+    sigmoid_pair(acc_t(a[i]), s, rest);
+    out[i] = T(s * acc_t(x[i]) + rest * acc_t(y[i]));
   }
 }
 
@@ -165,10 +173,12 @@ void gate_mix_forward(const T* a, const T* x, const T* y, T* out, i64 n) {
 template <typename T>
 void gate_mix_backward(const T* a, const T* x, const T* y, const T* gout, T* ga, T* gx, T* gy, i64 n) {
   for (i64 i = 0; i < n; ++i) {
-    const acc_t s = sigmoid(acc_t(a[i])), g = acc_t(gout[i]);
-    ga[i] = T(g * (acc_t(x[i]) - acc_t(y[i])) * s * (1.0 - s));
+    acc_t s, rest;
+    sigmoid_pair(acc_t(a[i]), s, rest);
+    const acc_t g = acc_t(gout[i]);
+    ga[i] = T(g * (acc_t(x[i]) - acc_t(y[i])) * s * rest);
     gx[i] = T(g * s);
-    gy[i] = T(g * (1.0 - s));
+    gy[i] = T(g * rest);
   }
 }
 
