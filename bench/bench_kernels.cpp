@@ -125,6 +125,12 @@ int main(int argc, char** argv) {
                      ghidden.data(), kTokens * kHidden, false);
     return 12.0 * hidden.size();
   });
+  static std::vector<float> hidden_bias(kHidden);
+  register_pair("bias_act_backward gelu 4096x1024", [](const KernelTable<float>& t, benchmark::State&) {
+    t.bias_act_backward(Activation::Gelu, hidden.data(), hidden_out.data(), kTokens, kHidden, ghidden.data(),
+                        hidden_bias.data());
+    return 12.0 * hidden.size();
+  });
 
   constexpr i64 kParams = 12'600'000;
   static std::vector<float> params = random_vector(kParams, -0.1f, 0.1f, 7),

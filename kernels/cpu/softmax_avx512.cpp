@@ -30,12 +30,16 @@ float row_max(const float* x, i64 n) {
   return hmax(m);
 }
 
-// sum_j exp(x_j - max), in double.
-double row_sum_exp(const float* x, i64 n, float max) {
+// sum_j exp(x_j - max), in double. The row was just read by row_max, so it comes from
+// cache and this loop is bound by the exps; when `next` is given (the next row, n long)
+// it is requested into L2 meanwhile, so that row_max of the next row does not wait for
+// memory.
+double row_sum_exp(const float* x, i64 n, float max, const float* next = nullptr) {
   const __m512 vmax = _mm512_set1_ps(max);
   __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
   i64 j = 0;
   for (; j + 16 <= n; j += 16) {
+    if (next != nullptr) _mm_prefetch(reinterpret_cast<const char*>(next + j), _MM_HINT_T1);
     const __m512 e = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(x + j), vmax));
     s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
     s1 = _mm512_add_pd(
@@ -132,7 +136,7 @@ void cross_entropy_forward(const float* logits, const std::int32_t* targets, i64
         lse[r] = float(m + std::log(s));
         continue;
       }
-      lse[r] = float(double(m) + std::log(row_sum_exp(row, V, m)));
+      lse[r] = float(double(m) + std::log(row_sum_exp(row, V, m, r + 1 < r1 ? row + V : nullptr)));
     }
   });
   // Serial and in row order: the loss is the same whatever the thread count.
