@@ -174,8 +174,42 @@ std::vector<std::vector<float>> run_twice(const std::function<std::vector<std::v
 
 // ---- gemm ----------------------------------------------------------------------------------
 
+struct GemmShape {
+  i64 m, n, k;
+};
+
+// A GEMM's sizes and row-major layout: leading dimensions padded by `pad`, one whole
+// matrix per batch entry (a caller that broadcasts an operand sets its stride to 0).
+struct GemmLayout {
+  GemmArgs<float> args;
+  i64 a_size, b_size, c_size;  // elements of one matrix of A, B, C
+};
+
+GemmLayout gemm_layout(Trans ta, Trans tb, const GemmShape& sh, i64 batch, i64 pad) {
+  GemmLayout l;
+  GemmArgs<float>& g = l.args;
+  g.trans_a = ta;
+  g.trans_b = tb;
+  g.m = sh.m;
+  g.n = sh.n;
+  g.k = sh.k;
+  g.batch = batch;
+  const i64 a_rows = ta == Trans::N ? sh.m : sh.k, a_cols = ta == Trans::N ? sh.k : sh.m;
+  const i64 b_rows = tb == Trans::N ? sh.k : sh.n, b_cols = tb == Trans::N ? sh.n : sh.k;
+  g.lda = a_cols + pad;
+  g.ldb = b_cols + pad;
+  g.ldc = sh.n + pad;
+  l.a_size = a_rows * g.lda;
+  l.b_size = b_rows * g.ldb;
+  l.c_size = sh.m * g.ldc;
+  g.stride_a = l.a_size;
+  g.stride_b = l.b_size;
+  g.stride_c = l.c_size;
+  return l;
+}
+
 void check_gemm(Suite& s) {
-  struct Shape { i64 m, n, k; };
+  using Shape = GemmShape;
   std::vector<Shape> shapes = {{1, 1, 1}, {7, 33, 5}, {33, 7, 64}, {1, 70, 33}, {65, 1, 17}, {64, 1000, 33}, {3, 4, 0}};
   if (s.full_size) shapes.push_back({257, 300, 1029});
   std::uint64_t seed = 100;
@@ -186,25 +220,13 @@ void check_gemm(Suite& s) {
           // variant 0: single matrix, beta 0, padded leading dimensions
           // variant 1: batch 3, alpha 0.7, beta 0.5
           // variant 2: batch 2 with A broadcast (stride 0), beta 0
-          GemmArgs<float> g;
-          g.trans_a = ta;
-          g.trans_b = tb;
-          g.m = sh.m;
-          g.n = sh.n;
-          g.k = sh.k;
+          const GemmLayout layout =
+              gemm_layout(ta, tb, sh, variant == 0 ? 1 : (variant == 1 ? 3 : 2), variant == 0 ? 3 : 0);
+          GemmArgs<float> g = layout.args;
           g.alpha = variant == 1 ? 0.7f : 1.0f;
           g.beta = variant == 1 ? 0.5f : 0.0f;
-          g.batch = variant == 0 ? 1 : (variant == 1 ? 3 : 2);
-          const i64 a_rows = ta == Trans::N ? sh.m : sh.k, a_cols = ta == Trans::N ? sh.k : sh.m;
-          const i64 b_rows = tb == Trans::N ? sh.k : sh.n, b_cols = tb == Trans::N ? sh.n : sh.k;
-          const i64 pad = variant == 0 ? 3 : 0;
-          g.lda = a_cols + pad;
-          g.ldb = b_cols + pad;
-          g.ldc = sh.n + pad;
-          const i64 a_size = a_rows * g.lda, b_size = b_rows * g.ldb, c_size = sh.m * g.ldc;
-          g.stride_a = variant == 2 ? 0 : a_size;
-          g.stride_b = b_size;
-          g.stride_c = c_size;
+          const i64 a_size = layout.a_size, b_size = layout.b_size, c_size = layout.c_size;
+          if (variant == 2) g.stride_a = 0;
           const i64 a_count = variant == 2 ? a_size : a_size * g.batch;
           auto A = random_floats(std::size_t(std::max<i64>(a_count, 1)), seed++);
           auto B = random_floats(std::size_t(std::max<i64>(b_size * g.batch, 1)), seed++);
@@ -243,7 +265,7 @@ void check_gemm(Suite& s) {
 // an element not written, or C read where beta == 0 says it must not be, shows up; the
 // padding columns of C and aux must stay as they were.
 void check_gemm_epilogue(Suite& s) {
-  struct Shape { i64 m, n, k; };
+  using Shape = GemmShape;
   std::vector<Shape> shapes = {{1, 1, 1}, {7, 33, 5}, {33, 7, 64}, {1, 7, 33}, {33, 1, 7}, {7, 7, 0}, {65, 33, 1}};
   if (s.full_size) shapes.push_back({257, 300, 1029});
   enum class Epi { Bias, BiasGelu, Gelu };
@@ -254,27 +276,15 @@ void check_gemm_epilogue(Suite& s) {
         for (i64 batch : {i64(1), i64(3)}) {
           for (float beta : {0.0f, 1.0f}) {
             for (Epi epi : {Epi::Bias, Epi::BiasGelu, Epi::Gelu}) {
-              GemmArgs<float> g;
-              g.trans_a = ta;
-              g.trans_b = tb;
-              g.m = sh.m;
-              g.n = sh.n;
-              g.k = sh.k;
+              // Padded leading dimensions on single matrices; batch 3 broadcasts B (stride
+              // 0), as a linear layer's weight over a batch.
+              const GemmLayout layout = gemm_layout(ta, tb, sh, batch, batch == 1 ? 3 : 0);
+              GemmArgs<float> g = layout.args;
               g.alpha = batch == 1 ? 1.0f : 0.7f;
               g.beta = beta;
-              g.batch = batch;
               g.act = epi == Epi::Bias ? Activation::None : Activation::Gelu;
-              const i64 a_rows = ta == Trans::N ? sh.m : sh.k, a_cols = ta == Trans::N ? sh.k : sh.m;
-              const i64 b_rows = tb == Trans::N ? sh.k : sh.n, b_cols = tb == Trans::N ? sh.n : sh.k;
-              const i64 pad = batch == 1 ? 3 : 0;  // padded leading dimensions on single matrices
-              g.lda = a_cols + pad;
-              g.ldb = b_cols + pad;
-              g.ldc = sh.n + pad;
-              const i64 a_size = a_rows * g.lda, b_size = b_rows * g.ldb, c_size = sh.m * g.ldc;
-              // batch 3 broadcasts B (stride 0), as a linear layer's weight over a batch
-              g.stride_a = a_size;
-              g.stride_b = batch == 1 ? b_size : 0;
-              g.stride_c = c_size;
+              const i64 a_size = layout.a_size, b_size = layout.b_size, c_size = layout.c_size;
+              if (batch != 1) g.stride_b = 0;
               const std::size_t c_count = std::size_t(c_size * batch);
               auto A = random_floats(std::size_t(std::max<i64>(a_size * batch, 1)), seed++);
               auto B = random_floats(std::size_t(std::max<i64>(b_size, 1)), seed++);
