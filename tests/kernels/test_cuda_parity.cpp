@@ -208,6 +208,17 @@ GemmLayout gemm_layout(Trans ta, Trans tb, const GemmShape& sh, i64 batch, i64 p
   return l;
 }
 
+// `g` with its operand pointers (host or device memory) filled in.
+GemmArgs<float> bound(GemmArgs<float> g, const float* a, const float* b, float* c, const float* bias = nullptr,
+                      float* aux = nullptr) {
+  g.a = a;
+  g.b = b;
+  g.c = c;
+  g.bias = bias;
+  g.aux = aux;
+  return g;
+}
+
 void check_gemm(Suite& s) {
   using Shape = GemmShape;
   std::vector<Shape> shapes = {{1, 1, 1}, {7, 33, 5}, {33, 7, 64}, {1, 70, 33}, {65, 1, 17}, {64, 1000, 33}, {3, 4, 0}};
@@ -237,19 +248,11 @@ void check_gemm(Suite& s) {
           auto expected = C;
           // Padding columns of C are not part of the product: the reference leaves them
           // alone, and so must the device.
-          GemmArgs<float> r = g;
-          r.a = A.data();
-          r.b = B.data();
-          r.c = expected.data();
-          s.ref.gemm(r);
+          s.ref.gemm(bound(g, A.data(), B.data(), expected.data()));
           auto got = run_twice(
               [&] {
                 auto dA = s.put(A), dB = s.put(B), dC = s.put(C);
-                GemmArgs<float> d = g;
-                d.a = dA.get();
-                d.b = dB.get();
-                d.c = dC.get();
-                s.dev.gemm(d);
+                s.dev.gemm(bound(g, dA.get(), dB.get(), dC.get()));
                 return std::vector<std::vector<float>>{dC.download()};
               },
               what);
@@ -296,24 +299,14 @@ void check_gemm_epilogue(Suite& s) {
                                        std::to_string(batch) + " beta " + std::to_string(int(beta)) +
                                        (has_bias ? " bias" : "") + (gelu ? " gelu" : "");
               auto expected = C, aux_expected = nans(c_count);
-              GemmArgs<float> r = g;
-              r.a = A.data();
-              r.b = B.data();
-              r.c = expected.data();
-              r.bias = has_bias ? bias.data() : nullptr;
-              r.aux = gelu ? aux_expected.data() : nullptr;
-              s.ref.gemm(r);
+              s.ref.gemm(bound(g, A.data(), B.data(), expected.data(), has_bias ? bias.data() : nullptr,
+                               gelu ? aux_expected.data() : nullptr));
               auto got = run_twice(
                   [&] {
                     auto dA = s.put(A), dB = s.put(B), dC = s.put(C), dbias = s.put(bias);
                     auto daux = s.put(nans(c_count));
-                    GemmArgs<float> d = g;
-                    d.a = dA.get();
-                    d.b = dB.get();
-                    d.c = dC.get();
-                    d.bias = has_bias ? dbias.get() : nullptr;
-                    d.aux = gelu ? daux.get() : nullptr;
-                    s.dev.gemm(d);
+                    s.dev.gemm(bound(g, dA.get(), dB.get(), dC.get(), has_bias ? dbias.get() : nullptr,
+                                     gelu ? daux.get() : nullptr));
                     return std::vector<std::vector<float>>{dC.download(), daux.download()};
                   },
                   what);
