@@ -105,18 +105,20 @@ void scale_c(float* c, i64 ldc, i64 m, i64 n, float beta) {
   }
 }
 
+// The epilogue of the tile of C whose top-left element is (i, j).
+void finish_tile(const SgemmMicroKernel& mk, const MatrixProblem& pr, i64 i, i64 j, int m_valid, int n_valid) {
+  mk.epilogue(pr.c + i * pr.ldc + j, pr.ldc, m_valid, n_valid, pr.bias == nullptr ? nullptr : pr.bias + j,
+              pr.act, pr.aux == nullptr ? nullptr : pr.aux + i * pr.ldc + j);
+}
+
 // The epilogue of rows [row0, row0 + rows) x columns [col0, col1) of C, tile by tile
 // (C already holds the whole product).
 void finish_rows(const SgemmMicroKernel& mk, const MatrixProblem& pr, i64 row0, i64 rows, i64 col0,
                  i64 col1) {
   for (i64 i = row0; i < row0 + rows; i += mk.mr) {
     const int m_valid = static_cast<int>(std::min<i64>(mk.mr, row0 + rows - i));
-    for (i64 j = col0; j < col1; j += mk.nr) {
-      const int n_valid = static_cast<int>(std::min<i64>(mk.nr, col1 - j));
-      mk.epilogue(pr.c + i * pr.ldc + j, pr.ldc, m_valid, n_valid,
-                  pr.bias == nullptr ? nullptr : pr.bias + j, pr.act,
-                  pr.aux == nullptr ? nullptr : pr.aux + i * pr.ldc + j);
-    }
+    for (i64 j = col0; j < col1; j += mk.nr)
+      finish_tile(mk, pr, i, j, m_valid, static_cast<int>(std::min<i64>(mk.nr, col1 - j)));
   }
 }
 
@@ -166,10 +168,7 @@ void compute_block(const SgemmMicroKernel& mk, const GemmBlocking& blk, const Ma
         const int n_valid = static_cast<int>(std::min<i64>(mk.nr, col1 - j));
         mk.kernel(kc, a_panel, b_block + bpanel * mk.nr * kc, c_row + j, pr.ldc, m_valid, n_valid,
                   pr.alpha, beta);
-        if (last_slice) {
-          mk.epilogue(c_row + j, pr.ldc, m_valid, n_valid, pr.bias == nullptr ? nullptr : pr.bias + j,
-                      pr.act, pr.aux == nullptr ? nullptr : pr.aux + (row0 + i) * pr.ldc + j);
-        }
+        if (last_slice) finish_tile(mk, pr, row0 + i, j, m_valid, n_valid);
       }
     }
   }
@@ -222,10 +221,7 @@ void matrix_rows_streaming(const SgemmMicroKernel& mk, const GemmBlocking& blk,
         const int n_valid = static_cast<int>(std::min<i64>(mk.nr, pr.n - j));
         mk.kernel(kc, a_panel, b_block + bp * mk.nr * kc, c_row + j, pr.ldc, m_valid, n_valid,
                   pr.alpha, beta);
-        if (last_slice) {
-          mk.epilogue(c_row + j, pr.ldc, m_valid, n_valid, pr.bias == nullptr ? nullptr : pr.bias + j,
-                      pr.act, pr.aux == nullptr ? nullptr : pr.aux + (row0 + i) * pr.ldc + j);
-        }
+        if (last_slice) finish_tile(mk, pr, row0 + i, j, m_valid, n_valid);
       }
     }
   }

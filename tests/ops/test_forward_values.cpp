@@ -103,6 +103,11 @@ TEST_CASE("ops reject bad arguments with messages naming the op and the shapes")
   CHECK_THROWS_WITH_AS(ops::plucker_pairs(Tensor::zeros({1, 2, 4}), {0}), doctest::Contains("offsets must be >= 1"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(ops::linear(a, Tensor::zeros({4, 2})), doctest::Contains("linear"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(ops::narrow(a, 1, 2, 2), doctest::Contains("narrow: range [2, 4)"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ops::linear_gelu(a, Tensor::zeros({4, 2})), doctest::Contains("linear_gelu"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ops::linear_gelu(a, Tensor::zeros({4, 3}), Tensor::zeros({5})),
+                       doctest::Contains("linear_gelu: bias (5,) does not match out_features 4"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ops::gate_mix(a, a, b), doctest::Contains("gate_mix: a, x and y must have one shape"),
+                       std::invalid_argument);
 }
 
 TEST_CASE("linear_gelu equals gelu(linear) in value and gradient, float32 on the CPU table") {
