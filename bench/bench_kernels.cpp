@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "engine/thread_pool.h"
-#include "kernels/kernels.h"
+#include "kernels/tables.h"
 
 using namespace wedge;
 using namespace wedge::kernels;

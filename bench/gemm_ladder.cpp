@@ -40,7 +40,7 @@
 #include "fma_peak.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/kernels.h"
+#include "kernels/tables.h"
 
 using namespace wedge;
 using namespace wedge::kernels;

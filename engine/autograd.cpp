@@ -4,7 +4,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "kernels/kernels.h"
+#include "engine/kernel_table.h"
 
 namespace wedge {
 

@@ -7,7 +7,7 @@
 
 namespace wedge {
 
-// The numeric codes are part of the kernel contract (kernels/kernels.h kernel_table).
+// The numeric codes are part of the kernel contract (engine/kernel_table.h kernel_table).
 enum class DeviceKind : std::uint8_t { CPU = 0, CUDA = 1 };
 
 struct Device {

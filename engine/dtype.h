@@ -7,7 +7,7 @@
 
 namespace wedge {
 
-// The numeric codes are part of the kernel contract (kernels/kernels.h MemoryTable::cast).
+// The numeric codes are part of the kernel contract (engine/kernels.def, cast).
 enum class DType : std::uint8_t { F32 = 0, F64 = 1, I32 = 2 };
 
 constexpr std::size_t dtype_size(DType t) {

@@ -4,7 +4,7 @@
 #include <stdexcept>
 
 #include "engine/autograd.h"
-#include "kernels/kernels.h"
+#include "engine/kernel_table.h"
 
 namespace wedge {
 

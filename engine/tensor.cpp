@@ -7,7 +7,7 @@
 #include "engine/allocator.h"
 #include "engine/autograd.h"
 #include "engine/philox.h"
-#include "kernels/kernels.h"
+#include "engine/kernel_table.h"
 
 namespace wedge {
 

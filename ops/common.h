@@ -7,7 +7,7 @@
 
 #include "engine/autograd.h"
 #include "engine/tensor.h"
-#include "kernels/kernels.h"
+#include "engine/kernel_table.h"
 
 namespace wedge::ops::detail {
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/autograd.h"
+#include "engine/kernel_table.h"
 #include "engine/tensor.h"
 
 namespace wedge::ops {
@@ -93,13 +94,14 @@ Tensor plucker_mean(const Tensor& z, const std::vector<std::int32_t>& offsets, d
 // ---- the registry --------------------------------------------------------------------
 struct OpInfo {
   const char* name;
-  const char* kernel;  // KernelTable member, "VIEW" or "COPY"
   bool differentiable;
   const char* summary;
+  std::vector<kernels::KernelId> kernels;  // what its forward and backward call
 };
 const std::vector<OpInfo>& registry();
-// Does `device` have the kernel this op needs (for float32)?
-bool op_has_kernel(const OpInfo& op, DeviceKind device);
+// Are all of the op's kernels compiled into `device`'s float32 tables? (Whether the device
+// is present is kernels::device_usable.)
+bool op_has_kernels(const OpInfo& op, DeviceKind device);
 
 }  // namespace wedge::ops
 

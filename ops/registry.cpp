@@ -1,45 +1,30 @@
 // The op table, generated from ops/registry.def.
-#include <cstring>
-
-#include "kernels/kernels.h"
+#include "engine/kernel_table.h"
 #include "ops/ops.h"
 
 namespace wedge::ops {
 
 const std::vector<OpInfo>& registry() {
+  // The kernels of an entry are bare names of engine/kernels.def, read as KernelIds.
+  using enum kernels::KernelId;
   static const std::vector<OpInfo> ops = {
-#define WEDGE_OP(name, kernel, diff, summary) OpInfo{#name, #kernel, diff, summary},
+#define WEDGE_OP(name, diff, summary, ...) OpInfo{#name, diff, summary, {__VA_ARGS__}},
 #include "ops/registry.def"
 #undef WEDGE_OP
   };
   return ops;
 }
 
-namespace {
-
-// Does the float32 table of a device have the member named `kernel`?
-bool table_has(const kernels::KernelTable<float>& t, const char* kernel) {
-#define WEDGE_HAS(member) \
-  if (std::strcmp(kernel, #member) == 0) return t.member != nullptr;
-  WEDGE_HAS(gemm) WEDGE_HAS(unary) WEDGE_HAS(binary) WEDGE_HAS(reduce) WEDGE_HAS(embedding_forward)
-  WEDGE_HAS(softmax_forward) WEDGE_HAS(cross_entropy_forward) WEDGE_HAS(layer_norm_forward)
-  WEDGE_HAS(dropout_forward) WEDGE_HAS(attention_forward) WEDGE_HAS(plucker_forward)
-  WEDGE_HAS(plucker_mean_forward)
-#undef WEDGE_HAS
-  return false;
-}
-
-}  // namespace
-
-bool op_has_kernel(const OpInfo& op, DeviceKind device) {
+bool op_has_kernels(const OpInfo& op, DeviceKind device) {
   const int kind = static_cast<int>(device);
-  if (std::strcmp(op.kernel, "VIEW") == 0) return kernels::memory_table(kind) != nullptr;
-  if (std::strcmp(op.kernel, "COPY") == 0) {
-    const auto* m = kernels::memory_table(kind);
-    return m != nullptr && m->strided_copy != nullptr;
+  const kernels::KernelTable<float>* typed = kernels::compiled_kernel_table(kind);
+  const kernels::MemoryTable* memory = kernels::compiled_memory_table(kind);
+  for (kernels::KernelId id : op.kernels) {
+    const bool has = kernels::is_memory_kernel(id) ? memory != nullptr && kernels::has_kernel(*memory, id)
+                                                   : typed != nullptr && kernels::has_kernel(*typed, id);
+    if (!has) return false;
   }
-  const auto* t = kernels::kernel_table<float>(kind);
-  return t != nullptr && table_has(*t, op.kernel);
+  return true;
 }
 
 }  // namespace wedge::ops

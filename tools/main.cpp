@@ -6,7 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
-#include "kernels/kernels.h"
+#include "kernels/tables.h"
 #include "tools/commands.h"
 
 int main(int argc, char** argv) {

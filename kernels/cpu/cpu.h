@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "kernels/kernels.h"
+#include "kernels/tables.h"
 
 namespace wedge::kernels {
 

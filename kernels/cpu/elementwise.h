@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "kernels/kernels.h"
+#include "kernels/tables.h"
 
 namespace wedge::kernels::cpu::avx512 {
 

@@ -6,7 +6,7 @@
 // gemm_avx512.cpp and gemm_avx2.cpp each provide one SgemmMicroKernel.
 #pragma once
 
-#include "kernels/kernels.h"
+#include "kernels/tables.h"
 
 namespace wedge::kernels::cpu {
 

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "engine/thread_pool.h"
-#include "kernels/kernels.h"
+#include "kernels/tables.h"
 #include "kernels/ref/ref.h"
 
 namespace wedge::kernels {

@@ -12,31 +12,19 @@ namespace {
 
 KernelTable<float> make_cpu_table_f32() {
   KernelTable<float> t = ref_table_f32();
+  // gemm is `own`: wedge's packed GEMM or OpenBLAS, per gemm_backend().
   t.gemm = cpu::sgemm_selected;
+  // Every entry engine/kernels.def marks `avx512`, when the CPU has it.
   if (cpu::has_avx512()) {
-    namespace k = cpu::avx512;
-    t.binary = k::binary;
-    t.reduce = k::reduce;
-    t.dropout_forward = k::dropout_forward;
-    t.dropout_backward = k::dropout_backward;
-    t.fill = k::fill;
-    t.unary = k::unary;
-    t.unary_backward = k::unary_backward;
-    t.softmax_forward = k::softmax_forward;
-    t.softmax_backward = k::softmax_backward;
-    t.cross_entropy_forward = k::cross_entropy_forward;
-    t.cross_entropy_backward = k::cross_entropy_backward;
-    t.layer_norm_forward = k::layer_norm_forward;
-    t.layer_norm_backward = k::layer_norm_backward;
-    t.adam_update = k::adam_update;
-    t.bias_act_backward = k::bias_act_backward;
-    t.gate_mix_forward = k::gate_mix_forward;
-    t.gate_mix_backward = k::gate_mix_backward;
-    t.sum_squares = k::sum_squares;
-    t.attention_forward = k::attention_forward;
-    t.attention_backward = k::attention_backward;
-    t.plucker_mean_forward = k::plucker_mean_forward;
-    t.plucker_mean_backward = k::plucker_mean_backward;
+#define WEDGE_CPU_OVERRIDE_ref(name)
+#define WEDGE_CPU_OVERRIDE_own(name)
+#define WEDGE_CPU_OVERRIDE_avx512(name) t.name = cpu::avx512::name;
+#define WEDGE_KERNEL(name, cpu, params) WEDGE_CPU_OVERRIDE_##cpu(name)
+#include "engine/kernels.def"
+#undef WEDGE_KERNEL
+#undef WEDGE_CPU_OVERRIDE_avx512
+#undef WEDGE_CPU_OVERRIDE_own
+#undef WEDGE_CPU_OVERRIDE_ref
   }
   return t;
 }
@@ -67,5 +55,16 @@ const char* cpu_backend_name() {
       std::string(cpu_isa_name()) + " kernels, " + cpu::gemm_description(GemmBackend::OpenBLAS)};
   return names[gemm_backend() == GemmBackend::OpenBLAS ? 1 : 0].c_str();
 }
+
+namespace {
+
+// The CPU tables are device kind 0's, registered when the program starts (the library is
+// linked whole, so this object file is always part of the program).
+struct RegisterCpuKernels {
+  RegisterCpuKernels() { register_tables(0, &cpu_table_f32(), &cpu_table_f64(), &cpu_memory_table()); }
+};
+const RegisterCpuKernels registrar;
+
+}  // namespace
 
 }  // namespace wedge::kernels

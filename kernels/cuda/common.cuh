@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "kernels/cuda/launch.h"
-#include "kernels/kernels.h"
+#include "kernels/tables.h"
 
 #if defined(WEDGE_CUDA_EMULATE)
 

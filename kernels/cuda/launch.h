@@ -14,7 +14,7 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/kernels.h"
+#include "kernels/tables.h"
 
 #if defined(__CUDACC__)
 #define WEDGE_CUDA_HD __host__ __device__ __forceinline__

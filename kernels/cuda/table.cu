@@ -1,7 +1,7 @@
 // The CUDA kernel tables, and their registration at start-up.
 //
-// Registration happens only when the machine has a CUDA device: otherwise
-// kernel_table<float>(CUDA) stays null and every op on a CUDA tensor reports that there
+// The tables are usable only when the machine has a CUDA device: otherwise
+// kernel_table<float>(CUDA) is null and every op on a CUDA tensor reports that there
 // is no CUDA device, exactly as in a build without CUDA. float only: there is no double
 // table on the GPU (kernel_table<double>(CUDA) is null).
 #include "kernels/cuda/entries.cuh"
@@ -10,40 +10,19 @@ namespace wedge::kernels::WEDGE_CUDA_NS {
 
 KernelTable<float> make_table_f32() {
   KernelTable<float> t;
-  t.gemm = gemm;
-  t.bias_act_backward = bias_act_backward;
-  t.fill = fill;
-  t.unary = unary;
-  t.unary_backward = unary_backward;
-  t.binary = binary;
-  t.reduce = reduce;
-  t.softmax_forward = softmax_forward;
-  t.softmax_backward = softmax_backward;
-  t.cross_entropy_forward = cross_entropy_forward;
-  t.cross_entropy_backward = cross_entropy_backward;
-  t.layer_norm_forward = layer_norm_forward;
-  t.layer_norm_backward = layer_norm_backward;
-  t.embedding_forward = embedding_forward;
-  t.embedding_backward = embedding_backward;
-  t.dropout_forward = dropout_forward;
-  t.dropout_backward = dropout_backward;
-  t.attention_forward = attention_forward;
-  t.attention_backward = attention_backward;
-  t.plucker_forward = plucker_forward;
-  t.plucker_backward = plucker_backward;
-  t.plucker_mean_forward = plucker_mean_forward;
-  t.plucker_mean_backward = plucker_mean_backward;
-  t.gate_mix_forward = gate_mix_forward;
-  t.gate_mix_backward = gate_mix_backward;
-  t.adam_update = adam_update;
-  t.sum_squares = sum_squares;
+#define WEDGE_KERNEL(name, cpu, params) t.name = name;
+#include "engine/kernels.def"
+#undef WEDGE_KERNEL
   return t;
 }
 
 MemoryTable make_memory_table() {
   MemoryTable t;
-  t.strided_copy = strided_copy;
-  t.cast = cast;
+#define WEDGE_KERNEL(name, cpu, params)
+#define WEDGE_MEMORY_KERNEL(name, params) t.name = name;
+#include "engine/kernels.def"
+#undef WEDGE_MEMORY_KERNEL
+#undef WEDGE_KERNEL
   return t;
 }
 
@@ -53,12 +32,13 @@ MemoryTable make_memory_table() {
 namespace wedge::kernels::WEDGE_CUDA_NS {
 namespace {
 
+// The tables are always registered, so `wedge ops` can list what the build holds; they
+// are usable only when the machine has a CUDA device.
 struct RegisterCudaKernels {
   RegisterCudaKernels() {
-    if (::wedge::cuda::device_count() < 1) return;
     static const KernelTable<float> table = make_table_f32();
     static const MemoryTable memory = make_memory_table();
-    register_tables(1, &table, nullptr, &memory);
+    register_tables(1, &table, nullptr, &memory, ::wedge::cuda::device_count() >= 1);
   }
 };
 const RegisterCudaKernels registrar;

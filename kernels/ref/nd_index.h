@@ -8,7 +8,7 @@
 // multiplies an index by a stride.
 #pragma once
 
-#include "kernels/kernels.h"
+#include "kernels/tables.h"
 
 namespace wedge::kernels::ref {
 

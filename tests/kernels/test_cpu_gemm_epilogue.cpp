@@ -16,7 +16,7 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/isa.h"
-#include "kernels/kernels.h"
+#include "kernels/tables.h"
 #include "test_cpu_helpers.h"
 
 namespace wedge::kernels {

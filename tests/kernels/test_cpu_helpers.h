@@ -12,7 +12,7 @@
 
 #include "engine/thread_pool.h"
 #include "kernels/cpu/isa.h"
-#include "kernels/kernels.h"
+#include "kernels/tables.h"
 
 namespace wedge::kernels::testing {
 

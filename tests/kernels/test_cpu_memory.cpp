@@ -6,7 +6,7 @@
 #include <numeric>
 #include <vector>
 
-#include "kernels/kernels.h"
+#include "kernels/tables.h"
 
 using namespace wedge::kernels;
 

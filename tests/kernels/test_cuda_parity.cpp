@@ -4,7 +4,7 @@
 // twice, outputs are written (never read) where the contract says so — they start as
 // NaN — and dropout masks equal the CPU's bit for bit.
 //
-// This file uses only kernels/kernels.h and engine/allocator.h: it compiles in every
+// This file uses only engine/kernel_table.h, kernels/tables.h and engine/allocator.h: it compiles in every
 // build. Without a CUDA device the CUDA table is null and the test says it was skipped.
 // The same suite also runs on the host emulation of the CUDA kernels
 // (test_cuda_emulated.cpp), which is how it is exercised on machines without a GPU.
@@ -41,7 +41,7 @@
 
 #include "engine/allocator.h"
 #include "engine/device.h"
-#include "kernels/kernels.h"
+#include "kernels/tables.h"
 
 namespace wedge::kernels::cuda_parity {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/philox.h"
-#include "kernels/kernels.h"
+#include "kernels/tables.h"
 #include "test_ref_helpers.h"
 
 namespace wedge::kernels {

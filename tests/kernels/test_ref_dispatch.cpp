@@ -5,7 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "kernels/kernels.h"
+#include "kernels/tables.h"
 
 namespace wedge::kernels {
 namespace {
@@ -30,30 +30,37 @@ TEST_CASE("ref tables fill every entry") {
   CHECK(&ref_table_f32() == &ref_table_f32());  // one table, built once
 }
 
-TEST_CASE("dispatch: CPU is built in, unknown kinds have nothing") {
+TEST_CASE("dispatch: the CPU tables registered themselves, unknown kinds have nothing") {
   CHECK(kernel_table<float>(0) == &cpu_table_f32());
   CHECK(kernel_table<double>(0) == &cpu_table_f64());
   CHECK(memory_table(0) == &cpu_memory_table());
+  CHECK(device_usable(0));
   CHECK(kernel_table<float>(7) == nullptr);
   CHECK(kernel_table<double>(-1) == nullptr);
   CHECK(memory_table(2) == nullptr);
-  CHECK_THROWS_AS(register_tables(0, &ref_table_f32(), nullptr, nullptr), std::invalid_argument);
+  CHECK_FALSE(device_usable(2));
   CHECK_THROWS_AS(register_tables(5, &ref_table_f32(), nullptr, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(register_tables(-1, &ref_table_f32(), nullptr, nullptr), std::invalid_argument);
 }
 
 TEST_CASE("dispatch: a registered device's tables are returned, and can be replaced") {
   // Whatever the CUDA backend registered at start-up (if built) is put back afterwards.
-  const auto* f32 = kernel_table<float>(1);
+  const auto* f32 = compiled_kernel_table(1);
   const auto* f64 = kernel_table<double>(1);
-  const auto* mem = memory_table(1);
+  const auto* mem = compiled_memory_table(1);
+  const bool usable = device_usable(1);
   register_tables(1, &ref_table_f32(), nullptr, &ref_memory_table());
   CHECK(kernel_table<float>(1) == &ref_table_f32());
   CHECK(kernel_table<double>(1) == nullptr);  // a device may lack double kernels
   CHECK(memory_table(1) == &ref_memory_table());
-  register_tables(1, f32, f64, mem);
-  CHECK(kernel_table<float>(1) == f32);
+  register_tables(1, &ref_table_f32(), nullptr, &ref_memory_table(), false);
+  CHECK(kernel_table<float>(1) == nullptr);  // compiled in, device absent
+  CHECK(memory_table(1) == nullptr);
+  CHECK(compiled_kernel_table(1) == &ref_table_f32());
+  register_tables(1, f32, f64, mem, usable);
+  CHECK(compiled_kernel_table(1) == f32);
   CHECK(kernel_table<double>(1) == f64);
-  CHECK(memory_table(1) == mem);
+  CHECK(compiled_memory_table(1) == mem);
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/kernels.h"
+#include "kernels/tables.h"
 #include "test_ref_helpers.h"
 
 namespace wedge::kernels {

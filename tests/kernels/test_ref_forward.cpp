@@ -8,7 +8,7 @@
 #include <numbers>
 #include <vector>
 
-#include "kernels/kernels.h"
+#include "kernels/tables.h"
 #include "test_ref_helpers.h"
 
 namespace wedge::kernels {

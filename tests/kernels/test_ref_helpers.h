@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/kernels.h"
+#include "kernels/tables.h"
 
 namespace wedge::kernels::testing {
 

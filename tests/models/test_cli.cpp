@@ -89,3 +89,23 @@ TEST_CASE("wedge audit-causal: passes the real models, fails the leaky one") {
   CHECK(leak.out.find("NOT causal") != std::string::npos);
   CHECK(leak.out.find("t=0") != std::string::npos);
 }
+
+TEST_CASE("wedge ops lists every op with the CPU, and CUDA whenever it is built in") {
+  if (!have_cli()) return;
+  const Run r = wedge_cli("ops");
+  REQUIRE_MESSAGE(r.status == 0, r.out);
+  const bool cuda_built = r.out.find("CUDA: built in") != std::string::npos;
+  int rows = 0;
+  std::size_t pos = r.out.find('\n') + 1;  // past the header
+  while (pos < r.out.size() && r.out[pos] != '\n') {
+    const std::size_t end = r.out.find('\n', pos);
+    const std::string line = r.out.substr(pos, end - pos);
+    INFO(line);
+    char name[64] = {}, devices[64] = {};
+    REQUIRE(std::sscanf(line.c_str(), "%63s %63s", name, devices) == 2);
+    CHECK(std::string(devices) == (cuda_built ? "cpu,cuda" : "cpu"));
+    ++rows;
+    pos = end + 1;
+  }
+  CHECK(rows >= 39);
+}
