@@ -1,57 +1,12 @@
-// AVX-512 broadcasting binary maps and dropout (declared in elementwise.h), threaded, and
-// equal to the reference kernels bit for bit:
-//   - binary: +, -, *, / of two floats rounded once is what the reference's double
-//     arithmetic rounds to as well; max/min follow its NaN rule (a NaN operand gives NaN);
-//     pow keeps the reference loop (libm).
-//   - dropout draws the same Philox-4x32-10 numbers as engine/philox.h, 16 counters (64
-//     elements) at a time, and scales in double as the reference does.
-#include <algorithm>
-#include <cstring>
-
-#include "engine/philox.h"
+// AVX-512 dropout (declared in elementwise.h), threaded, and equal to the reference
+// kernel bit for bit: it draws the same Philox-4x32-10 numbers as engine/philox.h, 16
+// counters (64 elements) at a time, and scales in double as the reference does.
 #include "engine/thread_pool.h"
 #include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/isa.h"
 #include "kernels/cpu/simd_avx512.h"
 
 namespace wedge::kernels::cpu::avx512 {
 namespace {
-
-// ---- binary ---------------------------------------------------------------------------------
-
-inline __m512 binary_op(BinaryOp op, __m512 a, __m512 b) {
-  switch (op) {
-    case BinaryOp::Add:
-      return _mm512_add_ps(a, b);
-    case BinaryOp::Sub:
-      return _mm512_sub_ps(a, b);
-    case BinaryOp::Mul:
-      return _mm512_mul_ps(a, b);
-    case BinaryOp::Div:
-      return _mm512_div_ps(a, b);
-    case BinaryOp::Max:
-    case BinaryOp::Min: {
-      // vmaxps(a, b) is a > b ? a : b (b when equal, as the reference); a NaN operand
-      // must give NaN, which vmaxps would not.
-      __m512 r = op == BinaryOp::Max ? _mm512_max_ps(a, b) : _mm512_min_ps(a, b);
-      const __mmask16 nan = _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q);
-      return _mm512_mask_add_ps(r, nan, a, b);
-    }
-    default:
-      return a;  // Pow: not vectorised (see binary())
-  }
-}
-
-// out[0, n) = a[i * sa] (op) b[i * sb] with sa, sb in {0, 1}.
-void binary_row(BinaryOp op, const float* a, i64 sa, const float* b, i64 sb, float* out, i64 n) {
-  const __m512 a_scalar = _mm512_set1_ps(*a), b_scalar = _mm512_set1_ps(*b);
-  for (i64 i = 0; i < n; i += 16) {
-    const __mmask16 mask = first_lanes(n - i);
-    const __m512 av = sa ? _mm512_maskz_loadu_ps(mask, a + i) : a_scalar;
-    const __m512 bv = sb ? _mm512_maskz_loadu_ps(mask, b + i) : b_scalar;
-    _mm512_mask_storeu_ps(out + i, mask, binary_op(op, av, bv));
-  }
-}
 
 // ---- dropout: Philox-4x32-10 on 16 counters ---------------------------------------------------
 
@@ -114,33 +69,6 @@ inline __mmask16 lanes_within(i64 start, i64 i0, i64 i1) {
 }
 
 }  // namespace
-
-void binary(BinaryOp op, const BroadcastLayout& layout, const float* a, const float* b,
-            float* out) {
-  const int nd = layout.ndim;
-  const i64 inner = nd > 0 ? layout.shape[nd - 1] : 1;
-  const i64 sa = nd > 0 ? layout.stride_a[nd - 1] : 0, sb = nd > 0 ? layout.stride_b[nd - 1] : 0;
-  if (op == BinaryOp::Pow || sa > 1 || sb > 1 || sa < 0 || sb < 0) {
-    ref_table_f32().binary(op, layout, a, b, out);
-    return;
-  }
-  i64 rows = 1;
-  for (int d = 0; d + 1 < nd; ++d) rows *= layout.shape[d];
-  if (rows * inner == 0) return;
-  // Rows of the last axis; each row's operand offsets from its multi-index.
-  parallel_for(0, rows, std::max<i64>(1, 8192 / std::max<i64>(inner, 1)), [&](i64 r0, i64 r1) {
-    for (i64 r = r0; r < r1; ++r) {
-      i64 rest = r, off_a = 0, off_b = 0;
-      for (int d = nd - 2; d >= 0; --d) {
-        const i64 index = rest % layout.shape[d];
-        rest /= layout.shape[d];
-        off_a += index * layout.stride_a[d];
-        off_b += index * layout.stride_b[d];
-      }
-      binary_row(op, a + off_a, sa, b + off_b, sb, out + r * inner, inner);
-    }
-  });
-}
 
 void dropout_forward(const float* x, float* y, i64 n, float p, std::uint64_t seed,
                      std::uint64_t offset) {
