@@ -1,13 +1,12 @@
-// Fill, unary element-wise maps and their backward, AVX-512, threaded over the
-// elements. The maps a training step leans on (GELU, exp, sigmoid, relu, sqrt, scalar
+// AVX-512 element-wise kernels, threaded over the elements: fill, the unary maps and
+// their backward, and the broadcasting binary maps (declared in elementwise.h).
+// Unary: the maps a training step leans on (GELU, exp, sigmoid, relu, sqrt, scalar
 // add/mul, neg, abs) are vectorised here; log, tanh and pow keep the reference loop (they
 // are rare, and a vector version accurate enough to stand in for libm is not worth its
-// length here).
-// GELU is the exact one (gelu_ps in simd_avx512.h).
-// The broadcasting binary maps (declared in elementwise.h) equal the reference bit for
-// bit: +, -, *, / of two floats rounded once is what the reference's double arithmetic
-// rounds to as well; max/min follow its NaN rule (a NaN operand gives NaN); pow keeps the
-// reference loop (libm).
+// length here). GELU is the exact one (gelu_ps in simd_avx512.h).
+// Binary: equal to the reference bit for bit: +, -, *, / of two floats rounded once is
+// what the reference's double arithmetic rounds to as well; max/min follow its NaN rule
+// (a NaN operand gives NaN); pow keeps the reference loop (libm).
 #include <algorithm>
 #include <cmath>
 
@@ -183,36 +182,6 @@ void binary(BinaryOp op, const BroadcastLayout& layout, const float* a, const fl
         off_b += index * layout.stride_b[d];
       }
       binary_row(op, a + off_a, sa, b + off_b, sb, out + r * inner, inner);
-    }
-  });
-}
-
-
-// Gated fusion out = s x + (1 - s) y, s = sigmoid(a), written as y + s (x - y).
-void gate_mix_forward(const float* a, const float* x, const float* y, float* out, i64 n) {
-  parallel_for(0, n, kGrain, [&](i64 i0, i64 i1) {
-    for (i64 i = i0; i < i1; i += 16) {
-      const __mmask16 m = first_lanes(i1 - i);
-      const __m512 s = sigmoid_ps(_mm512_maskz_loadu_ps(m, a + i));
-      const __m512 vx = _mm512_maskz_loadu_ps(m, x + i), vy = _mm512_maskz_loadu_ps(m, y + i);
-      _mm512_mask_storeu_ps(out + i, m, _mm512_fmadd_ps(s, _mm512_sub_ps(vx, vy), vy));
-    }
-  });
-}
-
-void gate_mix_backward(const float* a, const float* x, const float* y, const float* gout, float* ga, float* gx,
-                       float* gy, i64 n) {
-  const __m512 one = _mm512_set1_ps(1.0f);
-  parallel_for(0, n, kGrain, [&](i64 i0, i64 i1) {
-    for (i64 i = i0; i < i1; i += 16) {
-      const __mmask16 m = first_lanes(i1 - i);
-      const __m512 s = sigmoid_ps(_mm512_maskz_loadu_ps(m, a + i));
-      const __m512 g = _mm512_maskz_loadu_ps(m, gout + i);
-      const __m512 diff = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i));
-      const __m512 gs = _mm512_mul_ps(g, s), g_rest = _mm512_sub_ps(g, gs);  // g s, g (1 - s)
-      _mm512_mask_storeu_ps(ga + i, m, _mm512_mul_ps(_mm512_mul_ps(gs, diff), _mm512_sub_ps(one, s)));
-      _mm512_mask_storeu_ps(gx + i, m, gs);
-      _mm512_mask_storeu_ps(gy + i, m, g_rest);
     }
   });
 }
