@@ -21,6 +21,7 @@
 #include "kernels/cuda/embedding.cu"
 #include "kernels/cuda/gemm.cu"
 #include "kernels/cuda/layer_norm.cu"
+#include "kernels/cuda/memory.cu"
 #include "kernels/cuda/plucker.cu"
 #include "kernels/cuda/reduce.cu"
 #include "kernels/cuda/softmax.cu"
