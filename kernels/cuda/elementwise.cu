@@ -1,10 +1,9 @@
 // Element-wise kernels: fill, unary maps and their derivatives, broadcasting binary maps,
-// dropout, the gated fusion, the AdamW update and the GEMM epilogue's backward.
+// the gated fusion, the AdamW update and the GEMM epilogue's backward.
 // Each output element depends on its own inputs only, so these are grid-stride loops
 // (launch.h: elementwise_blocks) with nothing to synchronise and nothing that could make
 // two runs differ. (The one sum here, the epilogue's bias gradient, is handed to reduce.cu's
 // deterministic column sums.)
-#include "engine/philox.h"
 #include "kernels/cuda/entries.cuh"
 
 namespace wedge::kernels::WEDGE_CUDA_NS {
@@ -136,28 +135,6 @@ void launch_binary(const BroadcastLayout& original, const float* a, const float*
         narrow<i64>(l.ndim, l.shape, l.stride_a, l.stride_b), n, a, b, out);
   }
   check_launch("binary_kernel");
-}
-
-// ---- dropout ----------------------------------------------------------------------------
-
-// The mask bit of element i is philox_uniform(seed, offset + i) >= p: the same function
-// (engine/philox.h) the CPU evaluates, so both devices drop the same elements. The kept
-// value is scaled in double and rounded once, exactly as kernels/ref does, so CUDA and CPU
-// dropout agree bit for bit, not just in their masks.
-__global__ void dropout_kernel(const float* x, float* y, i64 n, float p, double scale,
-                               std::uint64_t seed, std::uint64_t offset) {
-  for (i64 i = global_thread(); i < n; i += grid_threads()) {
-    const bool keep = ::wedge::philox_uniform(seed, offset + static_cast<std::uint64_t>(i)) >= p;
-    y[i] = keep ? static_cast<float>(static_cast<double>(x[i]) * scale) : 0.0f;
-  }
-}
-
-void launch_dropout(const float* x, float* y, i64 n, float p, std::uint64_t seed, std::uint64_t offset) {
-  if (n <= 0) return;
-  const double scale = p < 1.0f ? 1.0 / (1.0 - static_cast<double>(p)) : 0.0;
-  WEDGE_LAUNCH(grid_1d(launch::elementwise_blocks(n)), launch::kElementwiseThreads, 0,
-               dropout_kernel)(x, y, n, p, scale, seed, offset);
-  check_launch("dropout_kernel");
 }
 
 // ---- gated fusion -------------------------------------------------------------------------
@@ -297,15 +274,6 @@ void binary(BinaryOp op, const BroadcastLayout& layout, const float* a, const fl
     case BinaryOp::Pow: return launch_binary<BinaryOp::Pow>(layout, a, b, out);
   }
   throw std::invalid_argument("cuda binary: unknown op");
-}
-
-void dropout_forward(const float* x, float* y, i64 n, float p, std::uint64_t seed, std::uint64_t offset) {
-  launch_dropout(x, y, n, p, seed, offset);
-}
-
-// The map is linear in x with the same mask: the gradient is dropout of gy.
-void dropout_backward(const float* gy, float* gx, i64 n, float p, std::uint64_t seed, std::uint64_t offset) {
-  launch_dropout(gy, gx, n, p, seed, offset);
 }
 
 void gate_mix_forward(const float* a, const float* x, const float* y, float* out, i64 n) {

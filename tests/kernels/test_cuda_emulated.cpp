@@ -17,6 +17,7 @@
 
 #define WEDGE_CUDA_EMULATE 1
 #include "kernels/cuda/attention.cu"
+#include "kernels/cuda/dropout.cu"
 #include "kernels/cuda/elementwise.cu"
 #include "kernels/cuda/embedding.cu"
 #include "kernels/cuda/gemm.cu"
