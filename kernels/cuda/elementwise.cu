@@ -1,5 +1,5 @@
 // Element-wise kernels: fill, unary maps and their derivatives, broadcasting binary maps,
-// the gated fusion, the AdamW update and the GEMM epilogue's backward.
+// the AdamW update and the GEMM epilogue's backward.
 // Each output element depends on its own inputs only, so these are grid-stride loops
 // (launch.h: elementwise_blocks) with nothing to synchronise and nothing that could make
 // two runs differ. (The one sum here, the epilogue's bias gradient, is handed to reduce.cu's
@@ -137,43 +137,6 @@ void launch_binary(const BroadcastLayout& original, const float* a, const float*
   check_launch("binary_kernel");
 }
 
-// ---- gated fusion -------------------------------------------------------------------------
-
-// s = sigmoid(a) and 1 - s, each from one exp(-|a|) that cannot overflow: with
-// r = 1 / (1 + e), one of them is r and the other e r. Forming 1 - s this way (rather
-// than subtracting s from 1) keeps its relative accuracy when s is close to 1, so
-// gy = gout (1 - s) and ga's s (1 - s) stay accurate for large positive a as well.
-struct Gate {
-  float s, t;  // sigmoid(a), 1 - sigmoid(a)
-};
-__device__ __forceinline__ Gate gate_of(float a) {
-  const float e = expf(-fabsf(a));
-  const float r = 1.0f / (1.0f + e);
-  const float er = e * r;
-  return a >= 0.0f ? Gate{r, er} : Gate{er, r};
-}
-
-// out = s x + (1 - s) y
-__global__ void gate_mix_forward_kernel(const float* a, const float* x, const float* y, float* out,
-                                        i64 n) {
-  for (i64 i = global_thread(); i < n; i += grid_threads()) {
-    const Gate g = gate_of(a[i]);
-    out[i] = g.s * x[i] + g.t * y[i];
-  }
-}
-
-// ga = gout (x - y) s (1 - s), gx = gout s, gy = gout (1 - s); all three written.
-__global__ void gate_mix_backward_kernel(const float* a, const float* x, const float* y,
-                                         const float* gout, float* ga, float* gx, float* gy, i64 n) {
-  for (i64 i = global_thread(); i < n; i += grid_threads()) {
-    const Gate g = gate_of(a[i]);
-    const float go = gout[i];
-    ga[i] = go * (x[i] - y[i]) * (g.s * g.t);
-    gx[i] = go * g.s;
-    gy[i] = go * g.t;
-  }
-}
-
 // ---- AdamW --------------------------------------------------------------------------------
 
 // One fused pass over parameter, gradient and both moments (5 reads/writes per element
@@ -274,21 +237,6 @@ void binary(BinaryOp op, const BroadcastLayout& layout, const float* a, const fl
     case BinaryOp::Pow: return launch_binary<BinaryOp::Pow>(layout, a, b, out);
   }
   throw std::invalid_argument("cuda binary: unknown op");
-}
-
-void gate_mix_forward(const float* a, const float* x, const float* y, float* out, i64 n) {
-  if (n <= 0) return;
-  WEDGE_LAUNCH(grid_1d(launch::elementwise_blocks(n)), launch::kElementwiseThreads, 0,
-               gate_mix_forward_kernel)(a, x, y, out, n);
-  check_launch("gate_mix_forward_kernel");
-}
-
-void gate_mix_backward(const float* a, const float* x, const float* y, const float* gout, float* ga,
-                       float* gx, float* gy, i64 n) {
-  if (n <= 0) return;
-  WEDGE_LAUNCH(grid_1d(launch::elementwise_blocks(n)), launch::kElementwiseThreads, 0,
-               gate_mix_backward_kernel)(a, x, y, gout, ga, gx, gy, n);
-  check_launch("gate_mix_backward_kernel");
 }
 
 void adam_update(const AdamParams& hp, const AdamSegment<float>* segments, i64 count) {

@@ -20,6 +20,7 @@
 #include "kernels/cuda/dropout.cu"
 #include "kernels/cuda/elementwise.cu"
 #include "kernels/cuda/embedding.cu"
+#include "kernels/cuda/gate_mix.cu"
 #include "kernels/cuda/gemm.cu"
 #include "kernels/cuda/layer_norm.cu"
 #include "kernels/cuda/memory.cu"
