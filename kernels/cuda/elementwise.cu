@@ -1,5 +1,5 @@
 // Element-wise kernels: fill, unary maps and their derivatives, broadcasting binary maps,
-// the AdamW update and the GEMM epilogue's backward.
+// and the GEMM epilogue's backward.
 // Each output element depends on its own inputs only, so these are grid-stride loops
 // (launch.h: elementwise_blocks) with nothing to synchronise and nothing that could make
 // two runs differ. (The one sum here, the epilogue's bias gradient, is handed to reduce.cu's
@@ -137,38 +137,6 @@ void launch_binary(const BroadcastLayout& original, const float* a, const float*
   check_launch("binary_kernel");
 }
 
-// ---- AdamW --------------------------------------------------------------------------------
-
-// One fused pass over parameter, gradient and both moments (5 reads/writes per element
-// instead of the dozen a composition of element-wise ops would make), over every tensor of
-// a chunk (launch.h AdamChunk) at once: a grid-stride loop over the chunk's total element
-// count, each thread finding the segment of its element from the prefix offsets. The
-// arithmetic is done in double, as kernels/ref does, so the update matches the CPU's to
-// float rounding. grad_scale (gradient clipping folded in) multiplies the gradient first.
-__global__ void adam_kernel(AdamParams hp, launch::AdamChunk<float> chunk) {
-  const double lr = hp.lr, b1 = hp.beta1, b2 = hp.beta2, eps = hp.eps, wd = hp.weight_decay;
-  const double bc1 = hp.bc1, bc2 = hp.bc2, scale = hp.grad_scale;
-  const i64 total = chunk.begin[chunk.count];
-  int s = 0;
-  for (i64 e = global_thread(); e < total; e += grid_threads()) {
-    s = launch::adam_segment_of(chunk.begin, chunk.count, e, s);
-    const i64 i = e - chunk.begin[s];
-    float* param = chunk.param[s];
-    float* m = chunk.m[s];
-    float* v = chunk.v[s];
-    const double p = param[i];
-    double g = static_cast<double>(chunk.grad[s][i]) * scale;
-    if (!hp.decoupled) g += wd * p;
-    const double m_new = b1 * static_cast<double>(m[i]) + (1.0 - b1) * g;
-    const double v_new = b2 * static_cast<double>(v[i]) + (1.0 - b2) * g * g;
-    double step = (m_new / bc1) / (sqrt(v_new / bc2) + eps);
-    if (hp.decoupled) step += wd * p;
-    m[i] = static_cast<float>(m_new);
-    v[i] = static_cast<float>(v_new);
-    param[i] = static_cast<float>(p - lr * step);
-  }
-}
-
 // ---- the GEMM epilogue's backward ---------------------------------------------------------
 
 // gh = gy * gelu'(h), h being what the forward GEMM kept in aux. Element by element, so gh
@@ -237,14 +205,6 @@ void binary(BinaryOp op, const BroadcastLayout& layout, const float* a, const fl
     case BinaryOp::Pow: return launch_binary<BinaryOp::Pow>(layout, a, b, out);
   }
   throw std::invalid_argument("cuda binary: unknown op");
-}
-
-void adam_update(const AdamParams& hp, const AdamSegment<float>* segments, i64 count) {
-  for (const launch::AdamChunk<float>& chunk : launch::adam_chunks(segments, count)) {
-    const i64 total = chunk.begin[chunk.count];
-    WEDGE_LAUNCH(grid_1d(launch::elementwise_blocks(total)), launch::kElementwiseThreads, 0, adam_kernel)(hp, chunk);
-    check_launch("adam_kernel");
-  }
 }
 
 // The bias gradient is a column sum over rows: the deterministic two-stage reduction of

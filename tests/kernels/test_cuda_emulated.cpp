@@ -16,6 +16,7 @@
 #include "engine/allocator.h"
 
 #define WEDGE_CUDA_EMULATE 1
+#include "kernels/cuda/adam.cu"
 #include "kernels/cuda/attention.cu"
 #include "kernels/cuda/dropout.cu"
 #include "kernels/cuda/elementwise.cu"
