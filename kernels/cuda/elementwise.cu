@@ -1,9 +1,7 @@
-// Element-wise kernels: fill, unary maps and their derivatives, broadcasting binary maps,
-// and the GEMM epilogue's backward.
+// Element-wise kernels: fill, unary maps and their derivatives, broadcasting binary maps.
 // Each output element depends on its own inputs only, so these are grid-stride loops
 // (launch.h: elementwise_blocks) with nothing to synchronise and nothing that could make
-// two runs differ. (The one sum here, the epilogue's bias gradient, is handed to reduce.cu's
-// deterministic column sums.)
+// two runs differ.
 #include "kernels/cuda/entries.cuh"
 
 namespace wedge::kernels::WEDGE_CUDA_NS {
@@ -137,14 +135,6 @@ void launch_binary(const BroadcastLayout& original, const float* a, const float*
   check_launch("binary_kernel");
 }
 
-// ---- the GEMM epilogue's backward ---------------------------------------------------------
-
-// gh = gy * gelu'(h), h being what the forward GEMM kept in aux. Element by element, so gh
-// may be gy itself. The same derivative as the unary GELU backward (common.cuh).
-__global__ void gelu_backward_kernel(const float* aux, const float* gy, float* gh, i64 n) {
-  for (i64 i = global_thread(); i < n; i += grid_threads()) gh[i] = gy[i] * gelu_derivative(aux[i]);
-}
-
 }  // namespace elementwise_impl
 
 using namespace elementwise_impl;
@@ -205,24 +195,6 @@ void binary(BinaryOp op, const BroadcastLayout& layout, const float* a, const fl
     case BinaryOp::Pow: return launch_binary<BinaryOp::Pow>(layout, a, b, out);
   }
   throw std::invalid_argument("cuda binary: unknown op");
-}
-
-// The bias gradient is a column sum over rows: the deterministic two-stage reduction of
-// reduce.cu (sum_middle_axis over (1, rows, n)), never atomics.
-void bias_act_backward(Activation act, const float* aux, const float* gy, i64 rows, i64 n, float* gh,
-                       float* gbias) {
-  if (n <= 0) return;
-  const float* g = gy;
-  if (act == Activation::Gelu) {
-    const i64 total = rows * n;
-    if (total > 0) {
-      WEDGE_LAUNCH(grid_1d(launch::elementwise_blocks(total)), launch::kElementwiseThreads, 0,
-                   gelu_backward_kernel)(aux, gy, gh, total);
-      check_launch("gelu_backward_kernel");
-    }
-    g = gh;
-  }
-  if (gbias != nullptr) sum_middle_axis(g, gbias, 1, rows, n);
 }
 
 }  // namespace wedge::kernels::WEDGE_CUDA_NS
