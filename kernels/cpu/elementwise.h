@@ -1,5 +1,5 @@
-// AVX-512 element-wise kernels (elementwise_avx512.cpp): same signatures as the
-// KernelTable entries they replace.
+// AVX-512 kernels with the same signatures as the KernelTable entries they replace:
+// binary (elementwise_avx512.cpp), reduce (reduce_avx512.cpp) and dropout (dropout_avx512.cpp).
 #pragma once
 
 #include <cstdint>

@@ -1,16 +1,15 @@
-// AVX-512 broadcasting binary maps, axis sums and dropout (declared in elementwise.h),
-// threaded, and equal to the reference kernels bit for bit:
-//   - binary: +, -, *, / of two floats rounded once is what the reference's double
-//     arithmetic rounds to as well; max/min follow its NaN rule (a NaN operand gives NaN);
-//     pow keeps the reference loop (libm).
-//   - sums over the middle axis accumulate in double in increasing index order, like the
-//     reference, vectorised across the inner axis (never across the summed one).
-//   - dropout draws the same Philox-4x32-10 numbers as engine/philox.h, 16 counters (64
-//     elements) at a time, and scales in double as the reference does.
+// AVX-512 element-wise kernels, threaded over the elements: fill, the unary maps and
+// their backward, and the broadcasting binary maps (declared in elementwise.h).
+// Unary: the maps a training step leans on (GELU, exp, sigmoid, relu, sqrt, scalar
+// add/mul, neg, abs) are vectorised here; log, tanh and pow keep the reference loop (they
+// are rare, and a vector version accurate enough to stand in for libm is not worth its
+// length here). GELU is the exact one (gelu_ps in simd_avx512.h).
+// Binary: equal to the reference bit for bit: +, -, *, / of two floats rounded once is
+// what the reference's double arithmetic rounds to as well; max/min follow its NaN rule
+// (a NaN operand gives NaN); pow keeps the reference loop (libm).
 #include <algorithm>
-#include <cstring>
+#include <cmath>
 
-#include "engine/philox.h"
 #include "engine/thread_pool.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/isa.h"
@@ -18,6 +17,67 @@
 
 namespace wedge::kernels::cpu::avx512 {
 namespace {
+
+constexpr i64 kGrain = 1 << 14;
+
+inline __m512 apply(UnaryOp op, __m512 x, __m512 param) {
+  switch (op) {
+    case UnaryOp::Neg:
+      return _mm512_sub_ps(_mm512_setzero_ps(), x);
+    case UnaryOp::Exp:
+      return exp_ps(x);
+    case UnaryOp::Sqrt:
+      return _mm512_sqrt_ps(x);
+    case UnaryOp::Sigmoid:
+      return sigmoid_ps(x);
+    case UnaryOp::Relu:  // NaN > 0 is false: NaN maps to 0, as in the reference
+      return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ), x);
+    case UnaryOp::Gelu:
+      return gelu_ps(x);
+    case UnaryOp::AddScalar:
+      return _mm512_add_ps(x, param);
+    case UnaryOp::MulScalar:
+      return _mm512_mul_ps(x, param);
+    case UnaryOp::Abs:
+      return _mm512_abs_ps(x);
+    default:
+      return x;  // not reached: see vectorised()
+  }
+}
+
+// f'(x) given x and y = f(x).
+inline __m512 derivative(UnaryOp op, __m512 x, __m512 y, __m512 param) {
+  const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+  switch (op) {
+    case UnaryOp::Neg:
+      return _mm512_set1_ps(-1.0f);
+    case UnaryOp::Exp:
+      return y;
+    case UnaryOp::Sqrt:
+      return _mm512_div_ps(_mm512_set1_ps(0.5f), y);
+    case UnaryOp::Sigmoid:
+      return _mm512_mul_ps(y, _mm512_sub_ps(one, y));
+    case UnaryOp::Relu:
+      return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, zero, _CMP_GT_OQ), one);
+    case UnaryOp::Gelu:
+      return gelu_derivative_ps(x);
+    case UnaryOp::AddScalar:
+      return one;
+    case UnaryOp::MulScalar:
+      return param;
+    case UnaryOp::Abs: {  // sign(x), 0 at 0 and for NaN
+      const __m512 pos = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, zero, _CMP_GT_OQ), one);
+      return _mm512_mask_mov_ps(pos, _mm512_cmp_ps_mask(x, zero, _CMP_LT_OQ),
+                                _mm512_set1_ps(-1.0f));
+    }
+    default:
+      return one;  // not reached
+  }
+}
+
+bool vectorised(UnaryOp op) {
+  return op != UnaryOp::Log && op != UnaryOp::Tanh && op != UnaryOp::PowScalar;
+}
 
 // ---- binary ---------------------------------------------------------------------------------
 
@@ -55,67 +115,49 @@ void binary_row(BinaryOp op, const float* a, i64 sa, const float* b, i64 sb, flo
   }
 }
 
-// ---- dropout: Philox-4x32-10 on 16 counters ---------------------------------------------------
-
-// (hi, lo) 32-bit halves of the 64-bit products a * m, lane by lane.
-inline void mulhilo(__m512i a, std::uint32_t m, __m512i& hi, __m512i& lo) {
-  const __m512i vm = _mm512_set1_epi32(static_cast<int>(m));
-  lo = _mm512_mullo_epi32(a, vm);
-  const __m512i even = _mm512_mul_epu32(a, vm);                        // lanes 0, 2, ...
-  const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), vm);  // lanes 1, 3, ...
-  hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
-}
-
-// philox_uniform(seed, 4 * first + e) for the 64 elements e of 16 consecutive counters
-// first .. first + 15, in element order: u[q] holds elements 16 q .. 16 q + 15.
-inline void philox_uniform64(std::uint64_t seed, std::uint64_t first, __m512 u[4]) {
-  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512i base_lo = _mm512_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(first)));
-  __m512i c0 = _mm512_add_epi32(base_lo, lane);
-  // The low word wraps past 2^32 within the 16 lanes: carry into the high word there.
-  const __mmask16 carry = _mm512_cmplt_epu32_mask(c0, base_lo);
-  __m512i c1 =
-      _mm512_mask_add_epi32(_mm512_set1_epi32(static_cast<int>(first >> 32)), carry,
-                            _mm512_set1_epi32(static_cast<int>(first >> 32)), _mm512_set1_epi32(1));
-  __m512i c2 = _mm512_setzero_si512(), c3 = _mm512_setzero_si512();
-  std::uint32_t k0 = static_cast<std::uint32_t>(seed), k1 = static_cast<std::uint32_t>(seed >> 32);
-  for (int round = 0; round < 10; ++round) {
-    __m512i hi0, lo0, hi1, lo1;
-    mulhilo(c0, 0xD2511F53u, hi0, lo0);
-    mulhilo(c2, 0xCD9E8D57u, hi1, lo1);
-    const __m512i n0 =
-        _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32(static_cast<int>(k0)));
-    const __m512i n2 =
-        _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32(static_cast<int>(k1)));
-    c0 = n0;
-    c1 = lo1;
-    c2 = n2;
-    c3 = lo0;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  // c_w[j] is word w of counter first + j; element 4 j + w wants it. Within each 128-bit
-  // lane, interleave the words of its four counters, then gather lane q of every vector.
-  const __m512i t0 = _mm512_unpacklo_epi32(c0, c1), t1 = _mm512_unpackhi_epi32(c0, c1);
-  const __m512i t2 = _mm512_unpacklo_epi32(c2, c3), t3 = _mm512_unpackhi_epi32(c2, c3);
-  const __m512i u0 = _mm512_unpacklo_epi64(t0, t2), u1 = _mm512_unpackhi_epi64(t0, t2);
-  const __m512i u2 = _mm512_unpacklo_epi64(t1, t3), u3 = _mm512_unpackhi_epi64(t1, t3);
-  const __m512i v0 = _mm512_shuffle_i32x4(u0, u1, 0x44), v1 = _mm512_shuffle_i32x4(u0, u1, 0xEE);
-  const __m512i v2 = _mm512_shuffle_i32x4(u2, u3, 0x44), v3 = _mm512_shuffle_i32x4(u2, u3, 0xEE);
-  const __m512i words[4] = {_mm512_shuffle_i32x4(v0, v2, 0x88), _mm512_shuffle_i32x4(v0, v2, 0xDD),
-                            _mm512_shuffle_i32x4(v1, v3, 0x88), _mm512_shuffle_i32x4(v1, v3, 0xDD)};
-  for (int q = 0; q < 4; ++q) {
-    const __m512 bits24 = _mm512_cvtepi32_ps(_mm512_srli_epi32(words[q], 8));
-    u[q] = _mm512_mul_ps(bits24, _mm512_set1_ps(1.0f / 16777216.0f));
-  }
-}
-
-// Lanes whose local index start + lane lies in [i0, i1).
-inline __mmask16 lanes_within(i64 start, i64 i0, i64 i1) {
-  return static_cast<__mmask16>(first_lanes(i1 - start) & ~first_lanes(i0 - start));
-}
-
 }  // namespace
+
+void fill(float* y, float value, i64 n) {
+  const __m512 v = _mm512_set1_ps(value);
+  parallel_for(0, n, kGrain * 4, [&](i64 i0, i64 i1) {
+    for (i64 i = i0; i < i1; i += 16) _mm512_mask_storeu_ps(y + i, first_lanes(i1 - i), v);
+  });
+}
+
+void unary(UnaryOp op, float param, const float* x, float* y, i64 n) {
+  if (!vectorised(op)) {
+    ref_table_f32().unary(op, param, x, y, n);
+    return;
+  }
+  const __m512 vparam = _mm512_set1_ps(param);
+  parallel_for(0, n, kGrain, [&](i64 i0, i64 i1) {
+    for (i64 i = i0; i < i1; i += 16) {
+      const __mmask16 mask = first_lanes(i1 - i);
+      _mm512_mask_storeu_ps(y + i, mask, apply(op, _mm512_maskz_loadu_ps(mask, x + i), vparam));
+    }
+  });
+}
+
+void unary_backward(UnaryOp op, float param, const float* x, const float* y, const float* gy,
+                    float* gx, i64 n, bool accumulate) {
+  if (!vectorised(op)) {
+    ref_table_f32().unary_backward(op, param, x, y, gy, gx, n, accumulate);
+    return;
+  }
+  const __m512 vparam = _mm512_set1_ps(param);
+  parallel_for(0, n, kGrain, [&](i64 i0, i64 i1) {
+    for (i64 i = i0; i < i1; i += 16) {
+      const __mmask16 mask = first_lanes(i1 - i);
+      // x or y may be unused by an op (and may then be null): load only what it reads.
+      const bool needs_y = op == UnaryOp::Exp || op == UnaryOp::Sqrt || op == UnaryOp::Sigmoid;
+      const __m512 xv = needs_y ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, x + i);
+      const __m512 yv = needs_y ? _mm512_maskz_loadu_ps(mask, y + i) : _mm512_setzero_ps();
+      __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, gy + i), derivative(op, xv, yv, vparam));
+      if (accumulate) g = _mm512_add_ps(g, _mm512_maskz_loadu_ps(mask, gx + i));
+      _mm512_mask_storeu_ps(gx + i, mask, g);
+    }
+  });
+}
 
 void binary(BinaryOp op, const BroadcastLayout& layout, const float* a, const float* b,
             float* out) {
@@ -142,82 +184,6 @@ void binary(BinaryOp op, const BroadcastLayout& layout, const float* a, const fl
       binary_row(op, a + off_a, sa, b + off_b, sb, out + r * inner, inner);
     }
   });
-}
-
-void reduce(ReduceOp op, const float* x, float* y, std::int32_t* idx, i64 outer, i64 n, i64 inner) {
-  if (op != ReduceOp::Sum) {
-    ref_table_f32().reduce(op, x, y, idx, outer, n, inner);
-    return;
-  }
-  if (inner == 1) {
-    // Summing along contiguous memory: a vector sum would change the order; the rows
-    // are still independent.
-    parallel_for(0, outer, 16, [&](i64 o0, i64 o1) {
-      for (i64 o = o0; o < o1; ++o) {
-        double sum = 0;
-        for (i64 i = 0; i < n; ++i) sum += x[o * n + i];
-        y[o] = static_cast<float>(sum);
-      }
-    });
-    return;
-  }
-  // 16 inner columns per task, each summed in double over i in increasing order.
-  const i64 groups = (inner + 15) / 16;
-  parallel_for(0, outer * groups, 1, [&](i64 t0, i64 t1) {
-    for (i64 t = t0; t < t1; ++t) {
-      const i64 o = t / groups, j = (t % groups) * 16;
-      const __mmask16 mask = first_lanes(inner - j);
-      __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
-      const float* col = x + o * n * inner + j;
-      for (i64 i = 0; i < n; ++i) {
-        const __m512 v = _mm512_maskz_loadu_ps(mask, col + i * inner);
-        lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
-        hi = _mm512_add_pd(
-            hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
-      }
-      const __m512 sums =
-          _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1);
-      _mm512_mask_storeu_ps(y + o * inner + j, mask, sums);
-    }
-  });
-}
-
-void dropout_forward(const float* x, float* y, i64 n, float p, std::uint64_t seed,
-                     std::uint64_t offset) {
-  // 1 / (1 - p) in double, as the reference; p == 1 keeps nothing (scale unused).
-  const double scale = p < 1.0f ? 1.0 / (1.0 - double(p)) : 0.0;
-  const __m512d vscale = _mm512_set1_pd(scale);
-  const __m512 vp = _mm512_set1_ps(p);
-  // Blocks of 64 elements that start on a multiple of 4 of the global index offset + i,
-  // so each block is 16 whole Philox counters; lanes outside [i0, i1) are masked off (a
-  // masked-off lane is neither loaded nor stored).
-  parallel_for(0, n, 1 << 13, [&](i64 i0, i64 i1) {
-    const std::uint64_t g0 = (offset + static_cast<std::uint64_t>(i0)) & ~std::uint64_t{3};
-    for (std::uint64_t g = g0; g < offset + static_cast<std::uint64_t>(i1); g += 64) {
-      __m512 u[4];
-      philox_uniform64(seed, g >> 2, u);
-      for (int q = 0; q < 4; ++q) {
-        const i64 start = static_cast<i64>(g - offset) + 16 * q;  // local index of lane 0
-        const __mmask16 mask = lanes_within(start, i0, i1);
-        if (mask == 0) continue;
-        const __mmask16 keep = _mm512_cmp_ps_mask(u[q], vp, _CMP_GE_OQ) & mask;
-        const __m512 xv = _mm512_maskz_loadu_ps(mask, x + start);
-        const __m256 lo =
-            _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(xv)), vscale));
-        const __m256 hi = _mm512_cvtpd_ps(_mm512_mul_pd(
-            _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(xv), 1))),
-            vscale));
-        const __m512 scaled = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
-        _mm512_mask_storeu_ps(y + start, mask, _mm512_maskz_mov_ps(keep, scaled));
-      }
-    }
-  });
-}
-
-void dropout_backward(const float* gy, float* gx, i64 n, float p, std::uint64_t seed,
-                      std::uint64_t offset) {
-  // Linear in its input with the same mask: the same map applied to gy.
-  dropout_forward(gy, gx, n, p, seed, offset);
 }
 
 }  // namespace wedge::kernels::cpu::avx512

@@ -1,5 +1,5 @@
 // What every CUDA kernel file of this folder shares: the launch macro, scratch memory,
-// error checks, and the warp/block reductions.
+// error checks, the warp/block reductions, and the two-operand strided layouts.
 //
 // The same sources build two ways:
 //   - with nvcc (the real backend, namespace wedge::kernels::cuda), and
@@ -238,6 +238,43 @@ __device__ __forceinline__ MaxSum block_max_sum(MaxSum v) {
   __syncthreads();
   MaxSum w = lane < warps ? MaxSum{warp_max_values[lane], warp_sum_values[lane]} : max_sum_identity();
   return warp_max_sum(w);
+}
+
+// ---- two-operand strided layouts (broadcasting binary maps, strided copy) -------------
+
+// The layout after launch::collapse(), in the index type the kernel divides with.
+template <typename Index>
+struct Strided2 {
+  int ndim;
+  Index shape[kMaxDims];
+  Index stride0[kMaxDims];
+  Index stride1[kMaxDims];
+};
+
+template <typename Index>
+Strided2<Index> narrow(int ndim, const i64* shape, const i64* stride0, const i64* stride1) {
+  Strided2<Index> s{};
+  s.ndim = ndim;
+  for (int d = 0; d < ndim; ++d) {
+    s.shape[d] = static_cast<Index>(shape[d]);
+    s.stride0[d] = static_cast<Index>(stride0[d]);
+    s.stride1[d] = static_cast<Index>(stride1[d]);
+  }
+  return s;
+}
+
+// Row-major decomposition of the linear index i into the offsets of both operands.
+template <typename Index>
+__device__ __forceinline__ void offsets_of(const Strided2<Index>& s, Index i, Index* o0, Index* o1) {
+  Index a = 0, b = 0;
+  for (int d = s.ndim - 1; d >= 1; --d) {
+    const Index coord = i % s.shape[d];
+    i /= s.shape[d];
+    a += coord * s.stride0[d];
+    b += coord * s.stride1[d];
+  }
+  *o0 = a + i * s.stride0[0];
+  *o1 = b + i * s.stride1[0];
 }
 
 }  // namespace wedge::kernels::WEDGE_CUDA_NS

@@ -15,6 +15,9 @@
 //   - Where cuBLASLt has no algorithm for a configuration, the plain cuBLAS GEMM runs and
 //     epilogue_kernel adds the bias (and applies the GELU, keeping h in aux) in a second
 //     pass. k == 0 (the product is empty) is epilogue_kernel alone.
+//   - The epilogue's backward (bias_act_backward): under GELU an element-wise kernel forms
+//     gh = gy * gelu'(h) from the h kept in aux; the bias gradient is the column sum over
+//     rows, handed to reduce.cu's deterministic column sums (never atomics).
 //
 // FP32 throughout (the cuBLAS handle's default math mode; CUBLAS_COMPUTE_32F for cuBLASLt,
 // never the TF32 compute types), so results match the CPU within float rounding. cuBLAS
@@ -84,6 +87,12 @@ void launch_epilogue(const GemmArgs<float>& args, EpilogueSource source, const f
       source, args.beta, bias, args.act, args.c, args.aux, args.m, args.n, args.ldc, args.stride_c, args.batch,
       dense);
   check_launch("epilogue_kernel");
+}
+
+// gh = gy * gelu'(h), h being what the forward GEMM kept in aux. Element by element, so gh
+// may be gy itself. The same derivative as the unary GELU backward (common.cuh).
+__global__ void gelu_backward_kernel(const float* aux, const float* gy, float* gh, i64 n) {
+  for (i64 i = global_thread(); i < n; i += grid_threads()) gh[i] = gy[i] * gelu_derivative(aux[i]);
 }
 
 #if !defined(WEDGE_CUDA_EMULATE)
@@ -290,6 +299,24 @@ void gemm(const GemmArgs<float>& args) {
   if (!lt_gemm(g)) return gemm_unfused(args);
 #endif
   if (gelu_follows) launch_epilogue(args, EpilogueSource::Aux, nullptr);
+}
+
+// The bias gradient is a column sum over rows: the deterministic two-stage reduction of
+// reduce.cu (sum_middle_axis over (1, rows, n)), never atomics.
+void bias_act_backward(Activation act, const float* aux, const float* gy, i64 rows, i64 n, float* gh,
+                       float* gbias) {
+  if (n <= 0) return;
+  const float* g = gy;
+  if (act == Activation::Gelu) {
+    const i64 total = rows * n;
+    if (total > 0) {
+      WEDGE_LAUNCH(grid_1d(launch::elementwise_blocks(total)), launch::kElementwiseThreads, 0,
+                   gelu_backward_kernel)(aux, gy, gh, total);
+      check_launch("gelu_backward_kernel");
+    }
+    g = gh;
+  }
+  if (gbias != nullptr) sum_middle_axis(g, gbias, 1, rows, n);
 }
 
 }  // namespace wedge::kernels::WEDGE_CUDA_NS

@@ -1,4 +1,4 @@
-// Element-wise maps, broadcasting binary maps, and reductions.
+// Fill, element-wise maps and their derivatives, and broadcasting binary maps.
 // Each value is computed in double and rounded once to T, so the float table gives the
 // correctly rounded result of the formula (up to libm), the best an oracle can offer.
 #include <cmath>
@@ -6,6 +6,7 @@
 
 #include "kernels/ref/nd_index.h"
 #include "kernels/ref/ref.h"
+#include "kernels/ref/scalar_math.h"
 
 namespace wedge::kernels::ref {
 
@@ -17,13 +18,6 @@ constexpr acc_t kInvSqrt2Pi = 0.39894228040143267794;
 // Standard normal CDF Phi(x) = (1 + erf(x / sqrt 2)) / 2 and density phi(x).
 acc_t normal_cdf(acc_t x) { return 0.5 * (1.0 + std::erf(x * kInvSqrt2)); }
 acc_t normal_pdf(acc_t x) { return kInvSqrt2Pi * std::exp(-0.5 * x * x); }
-
-// sigmoid(x) = 1 / (1 + e^-x), evaluated so that e^(something) never overflows.
-acc_t sigmoid(acc_t x) {
-  if (x >= 0) return 1.0 / (1.0 + std::exp(-x));
-  acc_t e = std::exp(x);
-  return e / (1.0 + e);
-}
 
 acc_t apply_unary(UnaryOp op, acc_t param, acc_t x) {
   switch (op) {
@@ -114,83 +108,11 @@ void binary(BinaryOp op, const BroadcastLayout& layout, const T* a, const T* b, 
   }
 }
 
-// Over the middle axis of x (outer, n, inner):
-//   Sum: y[o,j] = sum_i x[o,i,j], summed in increasing i
-//   Max: y[o,j] = max_i x[o,i,j], idx[o,j] = the first i attaining it
-// A NaN counts as larger than everything (the first NaN wins), so it is never hidden.
-template <typename T>
-void reduce(ReduceOp op, const T* x, T* y, int32_t* idx, i64 outer, i64 n, i64 inner) {
-  for (i64 o = 0; o < outer; ++o) {
-    for (i64 j = 0; j < inner; ++j) {
-      auto at = [&](i64 i) { return x[(o * n + i) * inner + j]; };
-      if (op == ReduceOp::Sum) {
-        acc_t sum = 0;
-        for (i64 i = 0; i < n; ++i) sum += at(i);
-        y[o * inner + j] = T(sum);
-      } else {
-        T best = -std::numeric_limits<T>::infinity();
-        int32_t best_index = n > 0 ? 0 : -1;
-        for (i64 i = 0; i < n; ++i) {
-          const T value = at(i);
-          if (value > best || (std::isnan(value) && !std::isnan(best))) {
-            best = value;
-            best_index = int32_t(i);
-          }
-        }
-        y[o * inner + j] = best;
-        if (idx != nullptr) idx[o * inner + j] = best_index;
-      }
-    }
-  }
-}
-
-// *out (+)= sum_i x[i]^2
-template <typename T>
-void sum_squares(const T* x, i64 n, T* out, bool accumulate) {
-  acc_t sum = 0;
-  for (i64 i = 0; i < n; ++i) sum += acc_t(x[i]) * acc_t(x[i]);
-  *out = accumulate ? T(acc_t(*out) + sum) : T(sum);
-}
-
-// sigmoid(a) and 1 - sigmoid(a) = sigmoid(-a), each to full relative precision (1 - s
-// formed by subtraction would lose it once s is within 1e-16 of 1).
-static void sigmoid_pair(acc_t a, acc_t& s, acc_t& one_minus_s) {
-  s = sigmoid(a);
-  one_minus_s = sigmoid(-a);
-}
-
-// Gated fusion: s = sigmoid(a), out = s x + (1 - s) y.
-template <typename T>
-void gate_mix_forward(const T* a, const T* x, const T* y, T* out, i64 n) {
-  for (i64 i = 0; i < n; ++i) {
-    acc_t s, rest;
-    sigmoid_pair(acc_t(a[i]), s, rest);
-    out[i] = T(s * acc_t(x[i]) + rest * acc_t(y[i]));
-  }
-}
-
-// d out / d a = (x - y) s (1 - s),  d out / d x = s,  d out / d y = 1 - s.
-template <typename T>
-void gate_mix_backward(const T* a, const T* x, const T* y, const T* gout, T* ga, T* gx, T* gy, i64 n) {
-  for (i64 i = 0; i < n; ++i) {
-    acc_t s, rest;
-    sigmoid_pair(acc_t(a[i]), s, rest);
-    const acc_t g = acc_t(gout[i]);
-    ga[i] = T(g * (acc_t(x[i]) - acc_t(y[i])) * s * rest);
-    gx[i] = T(g * s);
-    gy[i] = T(g * rest);
-  }
-}
-
 #define WEDGE_REF_INSTANTIATE(T)                                                            \
   template void fill<T>(T*, T, i64);                                                        \
   template void unary<T>(UnaryOp, T, const T*, T*, i64);                                    \
   template void unary_backward<T>(UnaryOp, T, const T*, const T*, const T*, T*, i64, bool); \
-  template void binary<T>(BinaryOp, const BroadcastLayout&, const T*, const T*, T*);        \
-  template void reduce<T>(ReduceOp, const T*, T*, int32_t*, i64, i64, i64);                 \
-  template void sum_squares<T>(const T*, i64, T*, bool);                                   \
-  template void gate_mix_forward<T>(const T*, const T*, const T*, T*, i64);                 \
-  template void gate_mix_backward<T>(const T*, const T*, const T*, const T*, T*, T*, T*, i64);
+  template void binary<T>(BinaryOp, const BroadcastLayout&, const T*, const T*, T*);
 WEDGE_REF_INSTANTIATE(float)
 WEDGE_REF_INSTANTIATE(double)
 #undef WEDGE_REF_INSTANTIATE

@@ -1,8 +1,9 @@
 // The GEMM epilogue (bias + GELU fused into the packed GEMM, kernels/cpu/gemm.cpp) and its
-// backward (bias_act_backward, kernels/cpu/linear_avx512.cpp) against the reference, on
-// shapes that drive every path of the GEMM driver: one thread, rows streamed, rows
-// blocked, columns split, k split, a batch spread over threads, tiny cache blocks, k = 0,
-// both micro-kernels and the OpenBLAS backend (which finishes with a separate pass).
+// backward (bias_act_backward, kernels/cpu/gemm_epilogue_avx512.cpp) against the
+// reference, on shapes that drive every path of the GEMM driver: one thread, rows
+// streamed, rows blocked, columns split, k split, a batch spread over threads, tiny cache
+// blocks, k = 0, both micro-kernels and the OpenBLAS backend (which finishes with a
+// separate pass).
 #include <doctest/doctest.h>
 
 #include <cmath>

@@ -1,5 +1,6 @@
-// AVX-512 AdamW / Adam update and sum of squares (kernels/cpu/optimizer_avx512.cpp)
-// against the reference, on lengths that are not multiples of the vector width.
+// AVX-512 AdamW / Adam update (kernels/cpu/adam_avx512.cpp) and sum of squares
+// (kernels/cpu/reduce_avx512.cpp) against the reference, on lengths that are not
+// multiples of the vector width.
 #include <doctest/doctest.h>
 
 #include "test_cpu_helpers.h"

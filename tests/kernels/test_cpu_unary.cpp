@@ -1,4 +1,4 @@
-// AVX-512 unary maps and their backward (kernels/cpu/unary_avx512.cpp) against the
+// AVX-512 unary maps and their backward (kernels/cpu/elementwise_avx512.cpp) against the
 // reference: every op, lengths around the vector width, the far tails of GELU and
 // sigmoid, special values, and accumulate.
 #include <doctest/doctest.h>
@@ -135,6 +135,7 @@ TEST_CASE("cpu unary: NaN and infinities behave as in the reference") {
 
 namespace wedge::kernels {
 
+// The gated fusion (kernels/cpu/gate_mix_avx512.cpp).
 TEST_CASE("cpu gate_mix forward/backward match the reference, saturated gates included") {
   if (!testing::avx512_available()) return;
   for (i64 n : {1, 7, 33, 1000, 100003}) {

@@ -16,11 +16,15 @@
 #include "engine/allocator.h"
 
 #define WEDGE_CUDA_EMULATE 1
+#include "kernels/cuda/adam.cu"
 #include "kernels/cuda/attention.cu"
+#include "kernels/cuda/dropout.cu"
 #include "kernels/cuda/elementwise.cu"
 #include "kernels/cuda/embedding.cu"
+#include "kernels/cuda/gate_mix.cu"
 #include "kernels/cuda/gemm.cu"
 #include "kernels/cuda/layer_norm.cu"
+#include "kernels/cuda/memory.cu"
 #include "kernels/cuda/plucker.cu"
 #include "kernels/cuda/reduce.cu"
 #include "kernels/cuda/softmax.cu"

@@ -1,5 +1,5 @@
-// AdamW over all parameters in one vectorised, threaded pass, and the sum of squares
-// used for gradient-norm clipping. Same math as kernels/ref/adam.cpp.
+// AdamW over all parameters in one vectorised, threaded pass. Same math as
+// kernels/ref/adam.cpp.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -61,22 +61,6 @@ void adam_update(const AdamParams& hp, const AdamSegment<float>* segments, i64 c
       i = end;
     }
   });
-}
-
-// One thread, a fixed order (16 double lanes x 2, then a fixed reduction): deterministic
-// and, at memory speed, fast enough for the whole model's gradients.
-void sum_squares(const float* x, i64 n, float* out, bool accumulate) {
-  __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
-  for (i64 i = 0; i < n; i += 16) {
-    const __m512 v = _mm512_maskz_loadu_ps(first_lanes(n - i), x + i);
-    const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
-    const __m512d hi =
-        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-    s0 = _mm512_fmadd_pd(lo, lo, s0);
-    s1 = _mm512_fmadd_pd(hi, hi, s1);
-  }
-  const double total = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
-  *out = accumulate ? float(double(*out) + total) : float(total);
 }
 
 }  // namespace wedge::kernels::cpu::avx512
