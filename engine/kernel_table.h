@@ -15,6 +15,8 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
+#include <iterator>
 #include <cstdint>
 #include <string_view>
 
@@ -62,7 +64,17 @@ enum class UnaryOp : std::uint8_t {
   MulScalar,  // x * param
   PowScalar,  // x ^ param
   Abs,
+  Silu,       // x * sigmoid(x)
+  Softplus,   // log(1 + e^x), evaluated as max(x, 0) + log1p(e^-|x|): no overflow for any x
 };
+// Every UnaryOp, for code that must cover them all (tests, benchmarks).
+inline constexpr UnaryOp kUnaryOps[] = {
+    UnaryOp::Neg,       UnaryOp::Exp,       UnaryOp::Log,       UnaryOp::Sqrt,
+    UnaryOp::Tanh,      UnaryOp::Sigmoid,   UnaryOp::Relu,      UnaryOp::Gelu,
+    UnaryOp::AddScalar, UnaryOp::MulScalar, UnaryOp::PowScalar, UnaryOp::Abs,
+    UnaryOp::Silu,      UnaryOp::Softplus};
+static_assert(std::size(kUnaryOps) == static_cast<std::size_t>(UnaryOp::Softplus) + 1,
+              "kUnaryOps lists every UnaryOp");
 
 // ---------------------------------------------------------------------------------
 // Broadcasting binary maps out = a (op) b over an N-d index space (ndim <= kMaxDims).

@@ -144,5 +144,7 @@ Tensor tanh(const Tensor& x) { return unary_op("tanh", UnaryOp::Tanh, x, 0); }
 Tensor sigmoid(const Tensor& x) { return unary_op("sigmoid", UnaryOp::Sigmoid, x, 0); }
 Tensor relu(const Tensor& x) { return unary_op("relu", UnaryOp::Relu, x, 0); }
 Tensor gelu(const Tensor& x) { return unary_op("gelu", UnaryOp::Gelu, x, 0); }
+Tensor silu(const Tensor& x) { return unary_op("silu", UnaryOp::Silu, x, 0); }
+Tensor softplus(const Tensor& x) { return unary_op("softplus", UnaryOp::Softplus, x, 0); }
 
 }  // namespace wedge::ops

@@ -45,6 +45,9 @@ Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x);  // exact erf form: x * Phi(x)
+Tensor silu(const Tensor& x);  // x * sigmoid(x), the gate of the selective SSM
+// log(1 + e^x), computed without overflow for any x (the SSM's step size is softplus(.)).
+Tensor softplus(const Tensor& x);
 
 // ---- reductions ------------------------------------------------------------------------
 Tensor sum(const Tensor& x);  // all elements -> shape ()

@@ -1,7 +1,7 @@
 // AVX-512 element-wise kernels, threaded over the elements: fill, the unary maps and
 // their backward, and the broadcasting binary maps (declared in elementwise.h).
-// Unary: the maps a training step leans on (GELU, exp, sigmoid, relu, sqrt, scalar
-// add/mul, neg, abs) are vectorised here; log, tanh and pow keep the reference loop (they
+// Unary: the maps a training step leans on (GELU, exp, sigmoid, SiLU, softplus, relu,
+// sqrt, scalar add/mul, neg, abs) are vectorised here; log, tanh and pow keep the reference loop (they
 // are rare, and a vector version accurate enough to stand in for libm is not worth its
 // length here). GELU is the exact one (gelu_ps in simd_avx512.h).
 // Binary: equal to the reference bit for bit: +, -, *, / of two floats rounded once is
@@ -40,6 +40,10 @@ inline __m512 apply(UnaryOp op, __m512 x, __m512 param) {
       return _mm512_mul_ps(x, param);
     case UnaryOp::Abs:
       return _mm512_abs_ps(x);
+    case UnaryOp::Silu:
+      return silu_ps(x);
+    case UnaryOp::Softplus:
+      return softplus_ps(x);
     default:
       return x;  // not reached: see vectorised()
   }
@@ -70,6 +74,10 @@ inline __m512 derivative(UnaryOp op, __m512 x, __m512 y, __m512 param) {
       return _mm512_mask_mov_ps(pos, _mm512_cmp_ps_mask(x, zero, _CMP_LT_OQ),
                                 _mm512_set1_ps(-1.0f));
     }
+    case UnaryOp::Silu:
+      return silu_derivative_ps(x);
+    case UnaryOp::Softplus:
+      return sigmoid_ps(x);
     default:
       return one;  // not reached
   }

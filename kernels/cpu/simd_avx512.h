@@ -146,4 +146,25 @@ inline __m512 sigmoid_ps(__m512 x) {
   return _mm512_mask_mul_ps(inv, negative, inv, e);
 }
 
+// SiLU, x sigmoid(x), and its derivative s (1 + x (1 - s)).
+inline __m512 silu_ps(__m512 x) { return _mm512_mul_ps(x, sigmoid_ps(x)); }
+inline __m512 silu_derivative_ps(__m512 x) {
+  const __m512 s = sigmoid_ps(x), one = _mm512_set1_ps(1.0f);
+  return _mm512_mul_ps(s, _mm512_fmadd_ps(x, _mm512_sub_ps(one, s), one));
+}
+
+// softplus(x) = max(x, 0) + log1p(u), u = e^-|x| in (0, 1]. log1p(u) = 2 atanh(t) with
+// t = u / (2 + u) in (0, 1/3], formed from u directly (no 1 + u that would drop u's low
+// bits): 2 (t + t^3/3 + ... + t^13/13), whose truncation error is below 1e-8 on that range.
+inline __m512 softplus_ps(__m512 x) {
+  const __m512 u = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(x)));
+  const __m512 t = _mm512_div_ps(u, _mm512_add_ps(_mm512_set1_ps(2.0f), u));
+  const __m512 t2 = _mm512_mul_ps(t, t);
+  __m512 series = _mm512_set1_ps(1.0f / 13);
+  for (const float c : {1.0f / 11, 1.0f / 9, 1.0f / 7, 1.0f / 5, 1.0f / 3, 1.0f})
+    series = _mm512_fmadd_ps(series, t2, _mm512_set1_ps(c));
+  const __m512 log1p_u = _mm512_mul_ps(_mm512_add_ps(t, t), series);
+  return _mm512_add_ps(_mm512_max_ps(x, _mm512_setzero_ps()), log1p_u);
+}
+
 }  // namespace wedge::kernels::cpu::avx512

@@ -35,6 +35,8 @@ __device__ __forceinline__ float apply_unary(float x, float param) {
     case UnaryOp::MulScalar: return x * param;
     case UnaryOp::PowScalar: return powf(x, param);
     case UnaryOp::Abs: return fabsf(x);
+    case UnaryOp::Silu: return x * sigmoid(x);
+    case UnaryOp::Softplus: return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x)));  // no overflow
   }
   return x;
 }
@@ -56,6 +58,11 @@ __device__ __forceinline__ float unary_derivative(float x, float y, float param)
     case UnaryOp::MulScalar: return param;
     case UnaryOp::PowScalar: return param == 0.0f ? 0.0f : param * powf(x, param - 1.0f);
     case UnaryOp::Abs: return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f);
+    case UnaryOp::Silu: {
+      const float s = sigmoid(x);
+      return s * (1.0f + x * (1.0f - s));
+    }
+    case UnaryOp::Softplus: return sigmoid(x);
   }
   return 0.0f;
 }
@@ -160,6 +167,8 @@ void unary(UnaryOp op, float param, const float* x, float* y, i64 n) {
     case UnaryOp::MulScalar: return launch_unary<UnaryOp::MulScalar>(param, x, y, n);
     case UnaryOp::PowScalar: return launch_unary<UnaryOp::PowScalar>(param, x, y, n);
     case UnaryOp::Abs: return launch_unary<UnaryOp::Abs>(param, x, y, n);
+    case UnaryOp::Silu: return launch_unary<UnaryOp::Silu>(param, x, y, n);
+    case UnaryOp::Softplus: return launch_unary<UnaryOp::Softplus>(param, x, y, n);
   }
   throw std::invalid_argument("cuda unary: unknown op");
 }
@@ -180,6 +189,8 @@ void unary_backward(UnaryOp op, float param, const float* x, const float* y, con
     case UnaryOp::MulScalar: return launch_unary_backward<UnaryOp::MulScalar>(param, x, y, gy, gx, n, accumulate);
     case UnaryOp::PowScalar: return launch_unary_backward<UnaryOp::PowScalar>(param, x, y, gy, gx, n, accumulate);
     case UnaryOp::Abs: return launch_unary_backward<UnaryOp::Abs>(param, x, y, gy, gx, n, accumulate);
+    case UnaryOp::Silu: return launch_unary_backward<UnaryOp::Silu>(param, x, y, gy, gx, n, accumulate);
+    case UnaryOp::Softplus: return launch_unary_backward<UnaryOp::Softplus>(param, x, y, gy, gx, n, accumulate);
   }
   throw std::invalid_argument("cuda unary_backward: unknown op");
 }

@@ -15,4 +15,8 @@ inline acc_t sigmoid(acc_t x) {
   return e / (1.0 + e);
 }
 
+// softplus(x) = log(1 + e^x) = max(x, 0) + log1p(e^-|x|): e^-|x| <= 1 never overflows,
+// and log1p keeps full precision where e^-|x| is tiny (large |x|).
+inline acc_t softplus(acc_t x) { return (x > 0 ? x : 0.0) + std::log1p(std::exp(-std::fabs(x))); }
+
 }  // namespace wedge::kernels::ref

@@ -203,6 +203,14 @@ TEST_CASE("ref unary maps at chosen points") {
   check_all_close(apply(UnaryOp::PowScalar, 3, {2, -2}), std::vector<double>{8, -8}, 0, 0, "pow");
   check_all_close(apply(UnaryOp::PowScalar, 0.5, {9}), std::vector<double>{3}, 0, 0, "pow 0.5");
   check_all_close(apply(UnaryOp::Abs, 0, {-3, 2}), std::vector<double>{3, 2}, 0, 0, "abs");
+  // silu(x) = x sigmoid(x): sigmoid(1) = 0.7310585786300049, sigmoid(-1) = 0.2689414213699951
+  check_all_close(apply(UnaryOp::Silu, 0, {0, 1, -1, -800}),
+                  std::vector<double>{0, 0.7310585786300049, -0.2689414213699951, 0}, 1e-15, 1e-15, "silu");
+  // softplus(0) = ln 2; softplus(+-800) must be 800 and e^-800 (underflows to 0), never inf
+  // from e^800; softplus(-30) = log1p(e^-30) = 9.357622968839737e-14 to full precision.
+  check_all_close(apply(UnaryOp::Softplus, 0, {0, 800, -800, -30, 2}),
+                  std::vector<double>{std::numbers::ln2, 800, 0, 9.357622968839737e-14, 2.1269280110429727},
+                  1e-300, 1e-15, "softplus");
 
   SUBCASE("PowScalar derivative: c x^(c-1), and 0 for c = 0 even at x = 0") {
     const std::vector<double> x = {0, 2, 3};

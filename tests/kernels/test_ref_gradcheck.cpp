@@ -50,6 +50,9 @@ TEST_CASE("gradcheck unary_backward, every UnaryOp") {
       {UnaryOp::PowScalar, 3, random_vector(7, 12, -2, 2), "pow 3 (negative x)"},
       {UnaryOp::PowScalar, -1, random_vector(7, 13, 0.5, 2), "pow -1"},
       {UnaryOp::Abs, 0, away_from_zero(random_vector(7, 14), 0.05), "abs"},
+      {UnaryOp::Silu, 0, random_vector(7, 15, -4, 4), "silu"},
+      {UnaryOp::Softplus, 0, random_vector(7, 16, -6, 6), "softplus"},
+      {UnaryOp::Softplus, 0, random_vector(7, 17, 25, 40), "softplus, large x (the linear branch)"},
   };
   const std::vector<double> w = random_vector(7, 99);
   for (const Case& c : cases) {

@@ -74,6 +74,8 @@ std::vector<OpCase> cases() {
       {"sigmoid", [](const Tensor& x) { return ops::sigmoid(x); }, 0},
       {"relu", [](const Tensor& x) { return ops::relu(x); }, 3},
       {"gelu", [](const Tensor& x) { return ops::gelu(x); }, 0},
+      {"silu", [](const Tensor& x) { return ops::silu(x); }, 0},
+      {"softplus", [](const Tensor& x) { return ops::softplus(x); }, 0},
   };
   for (const U& u : unary) {
     add(u.op, "(7)", [=] { gradcheck(std::string(u.op) + " (7)", [=](const V& x) { return u.f(x[0]); }, {input({7}, 31, false, u.lo)}); });
