@@ -126,6 +126,43 @@ struct AdamSegment {
 };
 
 // ---------------------------------------------------------------------------------
+// Selective scan (Mamba's S6) over segments of P tokens, each starting from its own state.
+// For every batch b, channel d < D and state n < N, within each segment s (tokens
+// [sP, min(L, sP + P))), starting from h = h0[b, s, d, n] (0 when h0 is null):
+//   dt  = softplus(delta[b,t,d] + delta_bias[d])       (delta_bias null: 0)
+//   h   = exp(dt * A[d,n]) * h + dt * B[b,t,n] * u[b,t,d],   A = -exp(A_log[d,n])
+//   y[b,t,d] = sum_n C[b,t,n] * h  +  Dskip[d] * u[b,t,d]   (Dskip null: 0)
+// and h_last[b, s, d, n] = the state after the segment's last token (when not null).
+// Layouts, contiguous: u, delta, y (batch, L, D); B, C (batch, L, N); A_log (D, N);
+// delta_bias, Dskip (D); h0, h_last (batch, segments, D, N) with segments = ceil(L / P).
+template <typename T>
+struct ScanArgs {
+  i64 batch = 0, L = 0, D = 0, N = 0, P = 0;
+  const T* u = nullptr;
+  const T* delta = nullptr;
+  const T* delta_bias = nullptr;
+  const T* A_log = nullptr;
+  const T* B = nullptr;
+  const T* C = nullptr;
+  const T* Dskip = nullptr;
+  const T* h0 = nullptr;
+  i64 segments() const { return P > 0 ? (L + P - 1) / P : 0; }
+};
+// The gradients of every input of ScanArgs; each is written (not accumulated), and a null
+// pointer skips that gradient.
+template <typename T>
+struct ScanGrads {
+  T* u = nullptr;
+  T* delta = nullptr;
+  T* delta_bias = nullptr;
+  T* A_log = nullptr;
+  T* B = nullptr;
+  T* C = nullptr;
+  T* Dskip = nullptr;
+  T* h0 = nullptr;
+};
+
+// ---------------------------------------------------------------------------------
 // The tables, generated from engine/kernels.def. A null entry means "this device has no
 // kernel for this" and the op reports it.
 template <typename T>
