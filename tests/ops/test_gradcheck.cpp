@@ -153,6 +153,35 @@ std::vector<OpCase> cases() {
   add("plucker_mean", "r=3, L=1", [] {
     gradcheck("plucker_mean L1", [](const V& x) { return ops::plucker_mean(x[0], {1}); }, {input({2, 1, 3}, 93)});
   });
+  // selective_scan: every input, h0 included, on segments that do not divide L, segments
+  // of one token, N = 1, a segment longer than L, and without the optional inputs.
+  struct Scan {
+    std::int64_t batch, L, D, N, P;
+    bool optional;  // Dskip, delta_bias and h0 given
+    const char* label;
+  };
+  for (const Scan s : {Scan{2, 7, 3, 2, 3, true, "L 7, P 3"}, Scan{1, 4, 2, 3, 1, true, "P = 1"},
+                       Scan{2, 5, 2, 1, 2, true, "N = 1"}, Scan{1, 3, 2, 2, 8, true, "P > L"},
+                       Scan{1, 5, 3, 2, 2, false, "no Dskip, delta_bias, h0"}}) {
+    add("selective_scan", s.label, [s] {
+      const std::int64_t S = (s.L + s.P - 1) / s.P;
+      std::vector<Tensor> in = {input({s.batch, s.L, s.D}, 100), input({s.batch, s.L, s.D}, 101),
+                                input({s.D, s.N}, 102, false, 0.0, 0.5), input({s.batch, s.L, s.N}, 103),
+                                input({s.batch, s.L, s.N}, 104)};
+      if (s.optional) {
+        in.push_back(input({s.D}, 105));
+        in.push_back(input({s.D}, 106));
+        in.push_back(input({s.batch, S, s.D, s.N}, 107));
+      }
+      gradcheck(std::string("selective_scan ") + s.label,
+                [s](const V& x) {
+                  const bool o = x.size() > 5;
+                  return ops::selective_scan(x[0], x[1], x[2], x[3], x[4], o ? x[5] : Tensor(), o ? x[6] : Tensor(),
+                                             o ? x[7] : Tensor(), s.P);
+                },
+                in);
+    });
+  }
   return c;
 }
 

@@ -1,0 +1,99 @@
+// The selective scan of SheafStateLM's local dynamics (Mamba's S6) over segments that
+// each start from their own, differentiable state h0. The recurrence is in
+// engine/kernel_table.h (ScanArgs); the kernels recompute each segment's states in
+// backward, so nothing of size L x D x N is ever stored.
+#include "ops/common.h"
+#include "ops/ops.h"
+
+namespace wedge::ops {
+
+using namespace detail;
+
+namespace {
+
+constexpr const char* kOp = "selective_scan";
+
+void expect_shape(const Tensor& t, const Shape& want, const char* what) {
+  if (t.shape() != want)
+    fail(kOp, std::string(what) + " must be " + shape_str(want) + ", got " + shape_str(t.shape()));
+}
+
+// The kernel arguments over contiguous copies of the inputs (kept alive by `keep`).
+template <typename T>
+kernels::ScanArgs<T> scan_args(const std::vector<Tensor>& keep, std::int64_t segment) {
+  auto ptr = [](const Tensor& t) -> const T* { return t.defined() ? t.data<T>() : nullptr; };
+  kernels::ScanArgs<T> a;
+  a.batch = keep[0].size(0);
+  a.L = keep[0].size(1);
+  a.D = keep[0].size(2);
+  a.N = keep[2].size(1);
+  a.P = segment;
+  a.u = ptr(keep[0]);
+  a.delta = ptr(keep[1]);
+  a.A_log = ptr(keep[2]);
+  a.B = ptr(keep[3]);
+  a.C = ptr(keep[4]);
+  a.Dskip = ptr(keep[5]);
+  a.delta_bias = ptr(keep[6]);
+  a.h0 = ptr(keep[7]);
+  return a;
+}
+
+}  // namespace
+
+Tensor selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A_log, const Tensor& B, const Tensor& C,
+                      const Tensor& Dskip, const Tensor& delta_bias, const Tensor& h0, std::int64_t segment) {
+  check_floating(kOp, u, "u");
+  if (u.dim() != 3) fail(kOp, "u must be (batch, L, D), got " + shape_str(u.shape()));
+  if (A_log.dim() != 2) fail(kOp, "A_log must be (D, N), got " + shape_str(A_log.shape()));
+  if (segment < 1) fail(kOp, "the segment length must be at least 1, got " + std::to_string(segment));
+  const std::int64_t batch = u.size(0), L = u.size(1), D = u.size(2), N = A_log.size(1);
+  const std::int64_t segments = (L + segment - 1) / segment;
+  expect_shape(delta, u.shape(), "delta");
+  expect_shape(A_log, {D, N}, "A_log");
+  expect_shape(B, {batch, L, N}, "B");
+  expect_shape(C, {batch, L, N}, "C");
+  if (Dskip.defined()) expect_shape(Dskip, {D}, "Dskip");
+  if (delta_bias.defined()) expect_shape(delta_bias, {D}, "delta_bias");
+  if (h0.defined()) expect_shape(h0, {batch, segments, D, N}, "h0 (batch, segments, D, N)");
+  const std::vector<Tensor> inputs = {u, delta, A_log, B, C, Dskip, delta_bias, h0};
+  check_same(kOp, inputs);
+  std::vector<Tensor> keep;
+  for (const Tensor& t : inputs) keep.push_back(t.defined() ? t.contiguous() : Tensor());
+
+  Tensor y = Tensor::empty(u.shape(), u.dtype(), u.device());
+  dispatch_float(kOp, u, [&](auto tag) {
+    using T = decltype(tag);
+    if (y.numel() > 0)
+      need(kOp, table<T>(kOp, u).selective_scan_forward, u)(scan_args<T>(keep, segment), y.data<T>(), nullptr);
+  });
+  std::vector<Tensor> saved_inputs;
+  for (const Tensor& t : keep) saved_inputs.push_back(saved(t));
+  return record_op(y, kOp, inputs, [keep = std::move(saved_inputs), segment](const Tensor& g_in) -> std::vector<Tensor> {
+    Tensor gy = g_in.contiguous();
+    std::vector<Tensor> grads;
+    for (const Tensor& t : keep) grads.push_back(t.defined() ? Tensor::empty(t.shape(), t.dtype(), t.device()) : Tensor());
+    dispatch_float(kOp, gy, [&](auto tag) {
+      using T = decltype(tag);
+      auto out = [](Tensor& t) -> T* { return t.defined() ? t.data<T>() : nullptr; };
+      kernels::ScanGrads<T> g;
+      g.u = out(grads[0]);
+      g.delta = out(grads[1]);
+      g.A_log = out(grads[2]);
+      g.B = out(grads[3]);
+      g.C = out(grads[4]);
+      g.Dskip = out(grads[5]);
+      g.delta_bias = out(grads[6]);
+      g.h0 = out(grads[7]);
+      if (gy.numel() > 0) {
+        need(kOp, table<T>(kOp, gy).selective_scan_backward, gy)(scan_args<T>(keep, segment), gy.data<T>(), nullptr, g);
+      } else {
+        for (Tensor& t : grads)
+          if (t.defined()) t.fill_(0.0);
+      }
+    });
+    return grads;
+  });
+}
+
+}  // namespace wedge::ops

@@ -1,0 +1,147 @@
+// selective_scan against the same recurrence built from primitive ops, token by token
+// (the plain sequential loop), in float64: values and gradients of every input. And its
+// argument errors.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "engine/tensor.h"
+#include "op_harness.h"
+#include "ops/ops.h"
+
+namespace wedge {
+namespace {
+
+using testing::input;
+
+struct ScanInputs {
+  std::int64_t batch, L, D, N, P;
+  std::vector<Tensor> x;  // u, delta, A_log, B, C, Dskip, delta_bias, h0
+};
+
+ScanInputs make_inputs(std::int64_t batch, std::int64_t L, std::int64_t D, std::int64_t N, std::int64_t P) {
+  const std::int64_t S = (L + P - 1) / P;
+  return {batch, L, D, N, P,
+          {input({batch, L, D}, 1), input({batch, L, D}, 2), input({D, N}, 3, false, 0.0, 0.5), input({batch, L, N}, 4),
+           input({batch, L, N}, 5), input({D}, 6), input({D}, 7), input({batch, S, D, N}, 8)}};
+}
+
+// The recurrence one token at a time, from primitives (autograd supplies the gradients):
+//   h (batch, D, N) restarts from h0[:, s] at every segment start s P.
+Tensor scan_from_primitives(const ScanInputs& in) {
+  const auto& x = in.x;
+  const Tensor A = ops::neg(ops::exp(x[2]));                                            // (D, N)
+  const Tensor dt = ops::softplus(ops::add(x[1], x[6]));                               // (batch, L, D)
+  std::vector<Tensor> ys;
+  Tensor h;
+  for (std::int64_t t = 0; t < in.L; ++t) {
+    if (t % in.P == 0) h = ops::squeeze(ops::narrow(x[7], 1, t / in.P, 1), 1);         // (batch, D, N)
+    const Tensor dt_t = ops::unsqueeze(ops::squeeze(ops::narrow(dt, 1, t, 1), 1), 2);    // (batch, D, 1)
+    const Tensor u_t = ops::unsqueeze(ops::squeeze(ops::narrow(x[0], 1, t, 1), 1), 2);  // (batch, D, 1)
+    const Tensor B_t = ops::narrow(x[3], 1, t, 1);                                       // (batch, 1, N)
+    const Tensor C_t = ops::narrow(x[4], 1, t, 1);                                       // (batch, 1, N)
+    h = ops::add(ops::mul(ops::exp(ops::mul(dt_t, A)), h), ops::mul(ops::mul(dt_t, u_t), B_t));
+    const Tensor y_t = ops::add(ops::sum(ops::mul(C_t, h), {2}), ops::mul(ops::squeeze(u_t, 2), x[5]));  // (batch, D)
+    ys.push_back(y_t);
+  }
+  return ops::stack(ys, 1);
+}
+
+TEST_CASE("selective_scan equals the recurrence built from primitive ops, values and gradients") {
+  struct Shape5 {
+    std::int64_t batch, L, D, N, P;
+  };
+  for (const Shape5 s : {Shape5{2, 7, 3, 2, 3}, Shape5{1, 5, 2, 1, 1}, Shape5{2, 4, 1, 3, 6}, Shape5{1, 9, 4, 5, 4}}) {
+    CAPTURE(s.L);
+    CAPTURE(s.P);
+    CAPTURE(s.N);
+    const ScanInputs in = make_inputs(s.batch, s.L, s.D, s.N, s.P);
+    const Tensor w = Tensor::randn({s.batch, s.L, s.D}, 99, 0, 1, DType::F64);
+    auto grads = [&](bool fused) {
+      for (Tensor t : in.x) t.zero_grad();
+      const Tensor y = fused ? ops::selective_scan(in.x[0], in.x[1], in.x[2], in.x[3], in.x[4], in.x[5], in.x[6],
+                                                   in.x[7], s.P)
+                             : scan_from_primitives(in);
+      ops::sum(ops::mul(y, w)).backward();
+      std::vector<std::vector<double>> out = {y.detach().to_vector<double>()};
+      for (const Tensor& t : in.x) out.push_back(t.grad().to_vector<double>());
+      return out;
+    };
+    const auto fused = grads(true), composed = grads(false);
+    REQUIRE(fused.size() == composed.size());
+    for (std::size_t i = 0; i < fused.size(); ++i) {
+      CAPTURE(i);  // 0: y, then the gradients of u, delta, A_log, B, C, Dskip, delta_bias, h0
+      REQUIRE(fused[i].size() == composed[i].size());
+      for (std::size_t j = 0; j < fused[i].size(); ++j)
+        CHECK(fused[i][j] == doctest::Approx(composed[i][j]).epsilon(1e-10).scale(1.0));
+    }
+  }
+}
+
+TEST_CASE("selective_scan in float32 on the CPU table matches float64, values and gradients") {
+  // The float32 CPU table runs the AVX-512 kernel when the CPU has it: channel blocks of 16
+  // with a tail (D 33), a state size that is no power of two, segments that do not divide L.
+  struct Shape5 {
+    std::int64_t batch, L, D, N, P;
+  };
+  for (const Shape5 s : {Shape5{2, 37, 33, 5, 4}, Shape5{1, 16, 16, 16, 16}, Shape5{3, 9, 7, 1, 1}, Shape5{1, 5, 20, 3, 8}}) {
+    CAPTURE(s.D);
+    CAPTURE(s.P);
+    const ScanInputs in = make_inputs(s.batch, s.L, s.D, s.N, s.P);
+    const Tensor w = Tensor::randn({s.batch, s.L, s.D}, 98, 0, 1, DType::F64);
+    auto run = [&](DType dtype) {
+      std::vector<Tensor> x;
+      for (const Tensor& t : in.x) {
+        Tensor c = t.detach().to(dtype);
+        c.set_requires_grad(true);
+        x.push_back(c);
+      }
+      const Tensor y = ops::selective_scan(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], s.P);
+      ops::sum(ops::mul(y, w.to(dtype))).backward();
+      std::vector<std::vector<double>> out = {y.detach().to(DType::F64).to_vector<double>()};
+      for (const Tensor& t : x) out.push_back(t.grad().to(DType::F64).to_vector<double>());
+      return out;
+    };
+    const auto f32 = run(DType::F32), f64 = run(DType::F64);
+    for (std::size_t i = 0; i < f32.size(); ++i) {
+      CAPTURE(i);  // 0: y, then the gradients of u, delta, A_log, B, C, Dskip, delta_bias, h0
+      double scale = 1e-3;
+      for (double v : f64[i]) scale = std::max(scale, std::fabs(v));
+      // float32 sums of up to P N terms per token and B L terms per parameter gradient:
+      // 1e-5 of the largest magnitude in the tensor.
+      for (std::size_t j = 0; j < f32[i].size(); ++j) CHECK(std::fabs(f32[i][j] - f64[i][j]) <= 1e-5 * scale);
+    }
+  }
+}
+
+TEST_CASE("selective_scan: a long step size forgets the state, a tiny one keeps it") {
+  // delta = 40: dt = 40, exp(-40 e^0) = 4e-18: y at the second token of a segment sees only
+  // that token. delta = -40: dt ~ 4e-18: the state passes through unchanged, y = C . h0.
+  const Tensor u = Tensor::full({1, 2, 1}, 1.0, DType::F64), A_log = Tensor::zeros({1, 1}, DType::F64);
+  const Tensor B = Tensor::full({1, 2, 1}, 0.5, DType::F64), C = Tensor::full({1, 2, 1}, 2.0, DType::F64);
+  const Tensor h0 = Tensor::full({1, 1, 1, 1}, 3.0, DType::F64);
+  const auto forget = ops::selective_scan(u, Tensor::full({1, 2, 1}, 40.0, DType::F64), A_log, B, C, Tensor(), Tensor(),
+                                          h0, 2).to_vector<double>();
+  CHECK(forget[1] == doctest::Approx(2.0 * 40.0 * 0.5 * 1.0));  // C dt B u
+  const auto keep = ops::selective_scan(u, Tensor::full({1, 2, 1}, -40.0, DType::F64), A_log, B, C, Tensor(), Tensor(),
+                                        h0, 2).to_vector<double>();
+  CHECK(keep[0] == doctest::Approx(6.0));  // C h0
+  CHECK(keep[1] == doctest::Approx(6.0));
+}
+
+TEST_CASE("selective_scan names the op and the shapes in its errors") {
+  const ScanInputs in = make_inputs(2, 5, 3, 2, 2);
+  const auto& x = in.x;
+  CHECK_THROWS_WITH_AS(ops::selective_scan(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], 0),
+                       doctest::Contains("selective_scan: the segment length must be at least 1"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ops::selective_scan(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], 3),
+                       doctest::Contains("h0 (batch, segments, D, N) must be (2, 2, 3, 2), got (2, 3, 3, 2)"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ops::selective_scan(x[0], x[1], x[2], x[0], x[4], x[5], x[6], x[7], 2),
+                       doctest::Contains("selective_scan: B must be (2, 5, 2), got (2, 5, 3)"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ops::selective_scan(x[0], x[1], ops::transpose(x[2], 0, 1), x[3], x[4], x[5], x[6], x[7], 2),
+                       doctest::Contains("A_log must be (3, 3), got (2, 3)"), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace wedge
