@@ -3,6 +3,7 @@
 // checkpoint, and make_model(), the one place that knows every model class.
 #include "models/lm.h"
 
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -10,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "models/grassmann.h"
+#include "models/sheaf.h"
 #include "models/transformer.h"
 
 namespace wedge::models {
@@ -29,8 +31,8 @@ std::vector<std::int32_t> LMConfig::offsets_for_layer(std::int64_t i) const {
 
 void LMConfig::validate() const {
   auto bad = [](const std::string& what) { throw std::invalid_argument(what); };
-  if (model != "transformer" && model != "grassmann")
-    bad(fmt::format("--model '{}' is unknown (transformer | grassmann)", model));
+  if (model != "transformer" && model != "grassmann" && model != "sheaf")
+    bad(fmt::format("--model '{}' is unknown (transformer | grassmann | sheaf)", model));
   if (vocab_size < 2)
     bad(fmt::format("--vocab-size {} is too small (a language model needs at least 2 tokens)",
                     vocab_size));
@@ -66,8 +68,21 @@ void LMConfig::validate() const {
                           fmt::join(window_schedule, ","), w));
     }
   }
-  if (leaky && model != "grassmann")
-    bad("--leaky exists only for --model grassmann (a test of the causality audit)");
+  if (model == "sheaf") {
+    if (patch < 1) bad(fmt::format("--patch {} must be at least 1", patch));
+    if (cover_depth < 1 || cover_depth > 6)
+      bad(fmt::format("--cover-depth {} must lie in [1, 6] (the cover p-1, p-2, ..., p-2^(D-1))", cover_depth));
+    if (types < 1) bad(fmt::format("--types {} must be at least 1", types));
+    if (state_size < 1) bad(fmt::format("--state-size {} must be at least 1", state_size));
+    if (section_dim < 1) bad(fmt::format("--section-dim {} must be at least 1", section_dim));
+    if (expert_d_ff < 1) bad(fmt::format("--expert-d-ff {} must be at least 1", expert_d_ff));
+    if (!(energy_weight >= 0.0) || !std::isfinite(energy_weight))
+      bad(fmt::format("--energy-weight {} must be a finite number >= 0", energy_weight));
+    if (!(balance_weight >= 0.0) || !std::isfinite(balance_weight))
+      bad(fmt::format("--balance-weight {} must be a finite number >= 0", balance_weight));
+  }
+  if (leaky && model == "transformer")
+    bad("--leaky exists only for --model grassmann and sheaf (a test of the causality audit)");
   // Offsets larger than --block are allowed on purpose: such a pair never exists, the
   // offset is skipped everywhere, exactly as at the start of any sequence.
 }
@@ -85,6 +100,14 @@ void to_json(nlohmann::json& j, const LMConfig& c) {
                      {"windows", c.windows},
                      {"window_schedule", c.window_schedule},
                      {"mix_out_proj", c.mix_out_proj},
+                     {"patch", c.patch},
+                     {"cover_depth", c.cover_depth},
+                     {"types", c.types},
+                     {"state_size", c.state_size},
+                     {"section_dim", c.section_dim},
+                     {"expert_d_ff", c.expert_d_ff},
+                     {"energy_weight", c.energy_weight},
+                     {"balance_weight", c.balance_weight},
                      {"leaky", c.leaky},
                      {"seed", c.seed}};
 }
@@ -105,6 +128,14 @@ void from_json(const nlohmann::json& j, LMConfig& c) {
   c.windows = j.value("windows", d.windows);
   c.window_schedule = j.value("window_schedule", d.window_schedule);
   c.mix_out_proj = j.value("mix_out_proj", d.mix_out_proj);
+  c.patch = j.value("patch", d.patch);
+  c.cover_depth = j.value("cover_depth", d.cover_depth);
+  c.types = j.value("types", d.types);
+  c.state_size = j.value("state_size", d.state_size);
+  c.section_dim = j.value("section_dim", d.section_dim);
+  c.expert_d_ff = j.value("expert_d_ff", d.expert_d_ff);
+  c.energy_weight = j.value("energy_weight", d.energy_weight);
+  c.balance_weight = j.value("balance_weight", d.balance_weight);
   c.leaky = j.value("leaky", d.leaky);
   c.seed = j.value("seed", d.seed);
 }
@@ -113,6 +144,7 @@ std::unique_ptr<LanguageModel> make_model(const LMConfig& config) {
   config.validate();
   if (config.model == "transformer") return std::make_unique<TransformerLM>(config);
   if (config.model == "grassmann") return std::make_unique<GrassmannLM>(config);
+  if (config.model == "sheaf") return std::make_unique<SheafStateLM>(config);
   throw std::invalid_argument(fmt::format("--model '{}' is unknown", config.model));
 }
 

@@ -17,7 +17,7 @@
 namespace wedge::models {
 
 struct LMConfig {
-  std::string model = "transformer";  // transformer | grassmann (| sheaf later)
+  std::string model = "transformer";  // transformer | grassmann | sheaf
   std::int64_t vocab_size = 30522;
   std::int64_t layers = 6;
   std::int64_t d_model = 256;
@@ -30,7 +30,18 @@ struct LMConfig {
   std::vector<std::int32_t> windows = {1, 2, 4, 8, 12, 16};  // offsets used by every layer
   std::vector<std::int32_t> window_schedule;       // if non-empty: one offset per layer
   bool mix_out_proj = true;  // the d x d output projection of the mixing block (PAPERS.md)
-  bool leaky = false;        // TEST ONLY: pair with t+Δ (future) — the audit must catch it
+  // SheafStateLM (models/sheaf.h)
+  std::int64_t patch = 16;          // P: tokens per patch
+  std::int64_t cover_depth = 4;     // D: the cover {p-1, p-2, ..., p-2^(D-1)}
+  std::int64_t types = 4;           // K: patch types, and experts
+  std::int64_t state_size = 16;     // N_s: SSM state per channel
+  std::int64_t section_dim = 64;    // d_s: patch summaries and glued sections
+  std::int64_t expert_d_ff = 160;   // hidden width of each expert
+  double energy_weight = 0.01;      // λ: weight of the normalised gluing energy
+  double balance_weight = 0.01;     // weight of the expert load-balancing loss
+  // TEST ONLY: Grassmann pairs with t+Δ (future); SheafState lets c_p see its own patch.
+  // The causality audit must catch both.
+  bool leaky = false;
   std::uint64_t seed = 0;
 
   // Offsets used by layer i.
@@ -50,6 +61,11 @@ class LanguageModel : public Module {
   // Parameter count per named part (embeddings, attention/mixing, ffn, norms, ...),
   // for `wedge params`.
   virtual std::vector<std::pair<std::string, std::int64_t>> parameter_breakdown() const = 0;
+  // A loss the model adds to the cross-entropy of its latest forward (undefined: none),
+  // e.g. SheafStateLM's gluing energy and expert balance terms.
+  virtual Tensor auxiliary_loss() const { return Tensor(); }
+  // Model-specific measurements of the latest forward, for metrics.jsonl (empty: none).
+  virtual nlohmann::json diagnostics() const { return nlohmann::json::object(); }
 };
 
 std::unique_ptr<LanguageModel> make_model(const LMConfig& config);

@@ -33,6 +33,11 @@ std::string describe(const models::LMConfig& c) {
     if (!c.mix_out_proj) s += ", no mixing output projection";
     if (c.leaky) s += ", LEAKY (pairs with t+Δ)";
   }
+  if (c.model == "sheaf") {
+    s += fmt::format(", patch {}, cover depth {}, {} types, state {}, sections {}, experts d_ff {}", c.patch,
+                     c.cover_depth, c.types, c.state_size, c.section_dim, c.expert_d_ff);
+    if (c.leaky) s += ", LEAKY (c_p sees its own patch)";
+  }
   return s;
 }
 
@@ -51,6 +56,19 @@ std::string part_meaning(const std::string& part) {
       {"ffn.w2", "W2 + b2, d_ff -> d"},
       {"norm1", "LayerNorm after mixing/attention"},
       {"norm2", "LayerNorm after the feed-forward"},
+      {"mixer.in", "W_in, d -> 2E (x and the gate z), E = 2d"},
+      {"mixer.dt_down", "step-size projection, E -> ceil(d/16)"},
+      {"mixer.dt_up", "step-size projection, ceil(d/16) -> E"},
+      {"mixer.B", "W_B, E -> N_s"},
+      {"mixer.C", "W_C, E -> N_s"},
+      {"mixer", "A_log (E x N_s), D skip, dt bias (E each), restriction bank R (D x K x d_s x d_s)"},
+      {"mixer.summary", "W_s + b, E -> d_s (patch summary)"},
+      {"mixer.type", "W_τ + b, d_s -> K (soft patch type)"},
+      {"mixer.query", "W_a, d_s -> d_s (gluing weights)"},
+      {"mixer.state_x", "W_hx, d_s -> E (initial state)"},
+      {"mixer.state_b", "W_hb, d_s -> N_s (initial state)"},
+      {"mixer.out", "W_out, E -> d"},
+      {"router", "W_r + b, d_s -> K (expert of each patch)"},
   };
   const auto it = meaning.find(part);
   return it == meaning.end() ? "" : it->second;

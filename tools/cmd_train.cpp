@@ -222,7 +222,8 @@ void register_bench_step(CLI::App& app) {
       Tensor x = ops::narrow(all, 1, 0, L).contiguous(), y = ops::narrow(all, 1, 1, L).contiguous();
       const auto t0 = std::chrono::steady_clock::now();
       Tensor loss = ops::cross_entropy(ops::reshape(model->forward(x), {B * L, V}), ops::reshape(y, {B * L}));
-      loss.backward();
+      const Tensor aux = model->auxiliary_loss();
+      (aux.defined() ? loss + aux : loss).backward();
       opt.step(clip_scale(grad_norm(model->parameters()), 1.0));
       opt.zero_grad();
       const double loss_value = loss.item();  // also waits for the device to finish the step

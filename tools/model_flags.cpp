@@ -26,8 +26,8 @@ models::LMConfig ModelFlags::config() const {
 
 void add_model_flags(CLI::App& app, ModelFlags& f) {
   models::LMConfig& v = f.values;
-  app.add_option("--model", v.model, "transformer | grassmann")
-      ->check(CLI::IsMember({"transformer", "grassmann"}))
+  app.add_option("--model", v.model, "transformer | grassmann | sheaf")
+      ->check(CLI::IsMember({"transformer", "grassmann", "sheaf"}))
       ->capture_default_str();
   app.add_option("--layers", v.layers, "number of blocks")->capture_default_str();
   app.add_option("--d-model", v.d_model, "model width d")->capture_default_str();
@@ -52,6 +52,18 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
       ->delimiter(',');
   app.add_flag("--no-mix-out-proj", f.no_mix_out_proj,
                "Grassmann: drop the d x d output projection of the mixing block");
+  app.add_option("--patch", v.patch, "SheafState: tokens per patch P")->capture_default_str();
+  app.add_option("--cover-depth", v.cover_depth, "SheafState: cover depth D (patches p-1, p-2, ..., p-2^(D-1))")
+      ->capture_default_str();
+  app.add_option("--types", v.types, "SheafState: patch types K (and experts)")->capture_default_str();
+  app.add_option("--state-size", v.state_size, "SheafState: SSM state size N_s per channel")->capture_default_str();
+  app.add_option("--section-dim", v.section_dim, "SheafState: dimension d_s of patch summaries and sections")
+      ->capture_default_str();
+  app.add_option("--expert-d-ff", v.expert_d_ff, "SheafState: hidden width of each expert")->capture_default_str();
+  app.add_option("--energy-weight", v.energy_weight, "SheafState: weight λ of the normalised gluing energy loss")
+      ->capture_default_str();
+  app.add_option("--balance-weight", v.balance_weight, "SheafState: weight of the expert load-balancing loss")
+      ->capture_default_str();
   app.add_option("--seed", v.seed, "seed of the weight initialisation and dropout")
       ->capture_default_str();
 }

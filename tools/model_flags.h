@@ -1,8 +1,9 @@
 // The model flags, bound the same way on every command that builds a model (params,
 // audit-causal, train, bench-step):
-//   --model transformer|grassmann --layers --d-model --d-ff --heads --block --dropout
+//   --model transformer|grassmann|sheaf --layers --d-model --d-ff --heads --block --dropout
 //   --vocab FILE | --vocab-size N   --rank --windows 1,2,4,8,12,16
-//   --window-schedule 1,1,2,2,...   --no-mix-out-proj   --seed
+//   --window-schedule 1,1,2,2,...   --no-mix-out-proj   --patch --cover-depth --types
+//   --state-size --section-dim --expert-d-ff --energy-weight --balance-weight   --seed
 // Defaults are the paper's 6-layer configuration (models/lm.h LMConfig).
 #pragma once
 

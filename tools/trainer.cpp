@@ -92,6 +92,35 @@ nlohmann::json TrainSettings::to_json() const {
 
 // ---- evaluation --------------------------------------------------------------------------------
 
+namespace {
+
+// Sums numbers (and arrays of numbers, element by element) of `add` into `total`.
+void accumulate_diagnostics(nlohmann::json& total, const nlohmann::json& add) {
+  for (const auto& [key, value] : add.items()) {
+    if (value.is_number()) {
+      total[key] = total.value(key, 0.0) + value.get<double>();
+    } else if (value.is_array()) {
+      nlohmann::json& sums = total[key];
+      if (!sums.is_array()) sums = nlohmann::json::array();
+      for (std::size_t i = 0; i < value.size(); ++i) {
+        if (sums.size() <= i) sums.push_back(0.0);
+        sums[i] = sums[i].get<double>() + value[i].get<double>();
+      }
+    }
+  }
+}
+
+void average_diagnostics(nlohmann::json& total, std::size_t batches) {
+  if (batches == 0) return;
+  for (auto& [key, value] : total.items()) {
+    if (value.is_number()) value = value.get<double>() / double(batches);
+    if (value.is_array())
+      for (auto& v : value) v = v.get<double>() / double(batches);
+  }
+}
+
+}  // namespace
+
 EvalResult evaluate(models::LanguageModel& model, const std::vector<std::int32_t>& stream, std::int64_t block,
                     std::int64_t batch) {
   NoGradGuard no_grad;
@@ -109,8 +138,10 @@ EvalResult evaluate(models::LanguageModel& model, const std::vector<std::int32_t
                                      Tensor::from_vector(b.targets, {rows * L}).to(device), data::kIgnoreTarget);
     nll_sum += loss.item() * static_cast<double>(b.predicted_tokens);
     r.tokens += static_cast<std::int64_t>(b.predicted_tokens);
+    accumulate_diagnostics(r.diagnostics, model.diagnostics());
   }
   model.train(was_training);
+  average_diagnostics(r.diagnostics, batcher.eval_batches());
   r.nll = r.tokens > 0 ? nll_sum / static_cast<double>(r.tokens) : 0.0;
   r.ppl = std::exp(r.nll);
   return r;
@@ -258,13 +289,25 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     last_ppl = ev.ppl;
     const bool best = ev.ppl < best_ppl;
     if (best) best_ppl = ev.ppl;
-    metrics << nlohmann::json{{"eval", "valid"}, {"step", step}, {"epoch", epoch}, {"ppl", ev.ppl}, {"nll", ev.nll},
-                              {"tokens", ev.tokens}, {"time", elapsed_before}}
-                   .dump()
-            << "\n";
+    nlohmann::json line{{"eval", "valid"}, {"step", step}, {"epoch", epoch}, {"ppl", ev.ppl}, {"nll", ev.nll},
+                        {"tokens", ev.tokens}, {"time", elapsed_before}};
+    for (const auto& [key, value] : ev.diagnostics.items()) line[key] = value;
+    metrics << line.dump() << "\n";
     metrics.flush();
     say(fmt::format("eval  step {:>6}  valid ppl {:.2f}  (nll {:.4f} over {} tokens, {:.1f}s){}", step, ev.ppl, ev.nll,
                     ev.tokens, std::chrono::duration<double>(Clock::now() - t0).count(), best ? "  best" : ""));
+    if (!ev.diagnostics.empty()) {
+      std::string parts;
+      for (const auto& [key, value] : ev.diagnostics.items()) {
+        std::string shown;
+        if (value.is_array())
+          for (const auto& v : value) shown += fmt::format("{}{:.3f}", shown.empty() ? "" : ",", v.get<double>());
+        else
+          shown = fmt::format("{:.4g}", value.get<double>());
+        parts += fmt::format("  {} {}", key, shown);
+      }
+      say("      " + parts.substr(2));
+    }
     if (best) save_checkpoint(best_path, false);
     save_checkpoint(last_path, true);
   };
@@ -320,7 +363,10 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     opt.set_lr(lr);
     Tensor logits = model->forward(x);
     Tensor loss = ops::cross_entropy(ops::reshape(logits, {tokens_this_step, -1}), y, data::kIgnoreTarget);
-    loss.backward();
+    // The logged loss is the cross-entropy; a model's auxiliary terms (SheafStateLM's gluing
+    // energy and expert balance) join it only in the gradient.
+    const Tensor aux = model->auxiliary_loss();
+    (aux.defined() ? loss + aux : loss).backward();
     pending.push_back({step + 1, epoch, lr, loss.detach()});
     logits = Tensor();
     loss = Tensor();

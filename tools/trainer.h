@@ -67,6 +67,9 @@ struct EvalResult {
   double nll = 0;
   double ppl = 0;
   std::int64_t tokens = 0;
+  // The model's own measurements (models::LanguageModel::diagnostics), each averaged over
+  // the evaluation batches: e.g. SheafStateLM's gluing energies and expert loads.
+  nlohmann::json diagnostics = nlohmann::json::object();
 };
 EvalResult evaluate(models::LanguageModel& model, const std::vector<std::int32_t>& stream, std::int64_t block,
                     std::int64_t batch);

@@ -1,0 +1,287 @@
+#include "models/sheaf.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace wedge::models {
+
+namespace {
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// The low rank of Mamba's step-size projection: ceil(d / 16).
+std::int64_t dt_rank(std::int64_t d_model) { return ceil_div(d_model, 16); }
+
+// int32 ids on a device, for the row gathers below (ops::embedding is the gather of rows
+// whose backward is the deterministic scatter-add).
+Tensor ids_on(const std::vector<std::int32_t>& ids, Device device) {
+  return Tensor::from_vector(ids, {static_cast<std::int64_t>(ids.size())}).to(device);
+}
+
+// Rows `rows` of x viewed as (B·L, width) -> (rows.size(), width).
+Tensor gather_rows(const Tensor& x, std::int64_t width, const std::vector<std::int32_t>& rows) {
+  return ops::embedding(ops::reshape(x, {-1, width}), ids_on(rows, x.device()));
+}
+
+}  // namespace
+
+// ---- the mixer: local dynamics and gluing ---------------------------------------------
+
+SheafMixer::SheafMixer(const LMConfig& c, Generator& init)
+    : d_model_(c.d_model),
+      inner_(2 * c.d_model),
+      state_(c.state_size),
+      patch_(c.patch),
+      depth_(c.cover_depth),
+      types_(c.types),
+      section_(c.section_dim),
+      leaky_(c.leaky),
+      in_(register_module("in", std::make_shared<nn::Linear>(c.d_model, 4 * c.d_model, init, false))),
+      dt_down_(register_module("dt_down", std::make_shared<nn::Linear>(2 * c.d_model, dt_rank(c.d_model), init, false))),
+      dt_up_(register_module("dt_up", std::make_shared<nn::Linear>(dt_rank(c.d_model), 2 * c.d_model, init, false))),
+      b_proj_(register_module("B", std::make_shared<nn::Linear>(2 * c.d_model, c.state_size, init, false))),
+      c_proj_(register_module("C", std::make_shared<nn::Linear>(2 * c.d_model, c.state_size, init, false))),
+      A_log_(register_parameter("A_log", Tensor::zeros({2 * c.d_model, c.state_size}))),
+      D_skip_(register_parameter("D", Tensor::ones({2 * c.d_model}))),
+      dt_bias_(register_parameter("dt_bias", Tensor::zeros({2 * c.d_model}))),
+      summary_(register_module("summary", std::make_shared<nn::Linear>(2 * c.d_model, c.section_dim, init))),
+      type_(register_module("type", std::make_shared<nn::Linear>(c.section_dim, c.types, init))),
+      restriction_(register_parameter("restriction", Tensor::zeros({c.cover_depth, c.types, c.section_dim, c.section_dim}))),
+      query_(register_module("query", std::make_shared<nn::Linear>(c.section_dim, c.section_dim, init, false))),
+      state_x_(register_module("state_x", std::make_shared<nn::Linear>(c.section_dim, 2 * c.d_model, init, false))),
+      state_b_(register_module("state_b", std::make_shared<nn::Linear>(c.section_dim, c.state_size, init, false))),
+      out_(register_module("out", std::make_shared<nn::Linear>(2 * c.d_model, c.d_model, init, false))) {
+  NoGradGuard no_grad;
+  // Mamba's initialisation: A = -(1, 2, ..., N) for every channel (a spread of time
+  // scales), step sizes dt = softplus(dt_bias) log-uniform in [0.001, 0.1].
+  std::vector<float> a_log(static_cast<std::size_t>(inner_ * state_)), dt_bias(static_cast<std::size_t>(inner_));
+  for (std::int64_t e = 0; e < inner_; ++e) {
+    for (std::int64_t n = 0; n < state_; ++n) a_log[static_cast<std::size_t>(e * state_ + n)] = std::log(float(n + 1));
+    const double dt = std::exp(std::log(0.001) + init.uniform() * (std::log(0.1) - std::log(0.001)));
+    dt_bias[static_cast<std::size_t>(e)] = static_cast<float>(dt + std::log(-std::expm1(-dt)));  // softplus^-1(dt)
+  }
+  A_log_.copy_(Tensor::from_vector(a_log, A_log_.shape()));
+  dt_bias_.copy_(Tensor::from_vector(dt_bias, dt_bias_.shape()));
+  // Each restriction map starts near the identity, so a summary passes to its neighbours
+  // almost unchanged before training shapes the maps.
+  std::vector<float> r(static_cast<std::size_t>(restriction_.numel()));
+  const std::int64_t ds = section_;
+  for (std::int64_t m = 0; m < depth_ * types_; ++m)
+    for (std::int64_t i = 0; i < ds; ++i)
+      for (std::int64_t j = 0; j < ds; ++j)
+        r[static_cast<std::size_t>((m * ds + i) * ds + j)] =
+            static_cast<float>((i == j ? 1.0 : 0.0) + 0.02 * init.normal());
+  restriction_.copy_(Tensor::from_vector(r, restriction_.shape()));
+}
+
+Tensor SheafMixer::forward(const Tensor& h, GluingReport& report) const {
+  const std::int64_t B = h.size(0), L = h.size(1), E = inner_, N = state_, P = patch_, ds = section_;
+  const std::int64_t patches = ceil_div(L, P);
+  const Device device = h.device();
+
+  const Tensor xz = in_.forward(h);
+  const Tensor u = ops::silu(ops::narrow(xz, 2, 0, E));
+  const Tensor z = ops::narrow(xz, 2, E, E);
+  const Tensor delta = dt_up_.forward(dt_down_.forward(u));
+  const Tensor Bm = b_proj_.forward(u), Cm = c_proj_.forward(u);
+
+  // Φ from zero states, every patch at once: what each patch computes from its own tokens.
+  const Tensor y0 = ops::selective_scan(u, delta, A_log_, Bm, Cm, D_skip_, dt_bias_, Tensor(), P);
+
+  // By linearity, the state h0_p adds C_t · (Π exp(dt A)) h0_p to y_t. At the patch's last
+  // token the product is exp(A S_p) with S_p the patch's summed step sizes:
+  //   y_last_p = y0_last_p + W_hx c_p ⊙ Σ_n C_last[n] exp(A S_p)[:, n] (W_hb c_p)[n].
+  const Tensor A = ops::neg(ops::exp(A_log_));                            // (E, N)
+  Tensor dt = ops::softplus(delta + dt_bias_);                            // (B, L, E)
+  if (patches * P > L) dt = ops::cat({dt, Tensor::zeros({B, patches * P - L, E}, dt.dtype(), device)}, 1);
+  const Tensor step_sums = ops::sum(ops::reshape(dt, {B, patches, P, E}), {2});  // (B, patches, E)
+  std::vector<std::int32_t> last_rows;
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t p = 0; p < patches; ++p)
+      last_rows.push_back(static_cast<std::int32_t>(b * L + std::min(L, (p + 1) * P) - 1));
+  const Tensor y0_last = ops::reshape(gather_rows(y0, E, last_rows), {B, patches, E});
+  const Tensor C_last = ops::reshape(gather_rows(Cm, N, last_rows), {B, patches, 1, N});
+  const Tensor reach = C_last * ops::exp(ops::unsqueeze(step_sums, 3) * A);  // (B, patches, E, N)
+
+  // G: the chain over patches. restricted[q] holds R(π_q, δ_j) s_q for every distance j.
+  const Tensor bank = ops::reshape(restriction_, {depth_ * types_ * ds, ds});
+  std::vector<Tensor> restricted(static_cast<std::size_t>(patches)), summaries(restricted.size());
+  std::vector<Tensor> sections, state_x, state_b, energies, normalised;
+  auto restrict_all = [&](const Tensor& s) {  // s (B, ds) -> (B, D, ds)
+    const Tensor pi = ops::softmax(type_.forward(s), 1);                                  // (B, K)
+    const Tensor all = ops::reshape(ops::linear(s, bank), {B, depth_, types_, ds});        // R[j, k] s
+    return ops::sum(all * ops::reshape(pi, {B, 1, types_, 1}), {2});                     // Σ_k π_k R[j, k] s
+  };
+  for (std::int64_t p = 0; p < patches; ++p) {
+    std::vector<Tensor> cover;  // r_pq, (B, ds) each
+    for (std::int64_t j = 0; j < depth_; ++j) {
+      const std::int64_t q = p - (std::int64_t{1} << j);
+      if (q < 0) break;
+      cover.push_back(ops::squeeze(ops::narrow(restricted[static_cast<std::size_t>(q)], 1, j, 1), 1));
+    }
+    if (leaky_) {
+      // TEST ONLY: the patch's own summary (from its zero-state scan, so from every token of
+      // the patch, later ones included) joins its cover. The causality audit must fail.
+      const Tensor own = summary_.forward(ops::squeeze(ops::narrow(y0_last, 1, p, 1), 1));
+      cover.push_back(ops::squeeze(ops::narrow(restrict_all(own), 1, 0, 1), 1));
+    }
+    Tensor c;
+    if (cover.empty()) {
+      c = Tensor::zeros({B, ds}, h.dtype(), device);
+    } else {
+      const Tensor r = ops::stack(cover, 1);                                            // (B, m, ds)
+      const Tensor anchor = p > 0 ? summaries[static_cast<std::size_t>(p - 1)] : cover.back();
+      const Tensor scores = ops::sum(r * ops::unsqueeze(query_.forward(anchor), 1), {2}) * (1.0 / std::sqrt(double(ds)));
+      const Tensor a = ops::softmax(scores, 1);                                         // (B, m)
+      c = ops::sum(r * ops::unsqueeze(a, 2), {1});                                      // (B, ds)
+      const Tensor spread = ops::sum(ops::pow_scalar(r - ops::unsqueeze(c, 1), 2.0), {2});  // (B, m)
+      const Tensor energy = ops::sum(a * spread, {1});                                  // E_p, (B)
+      const Tensor scale = ops::sum(a * ops::sum(r * r, {2}), {1});                     // Σ a ||r||^2
+      energies.push_back(energy);
+      normalised.push_back(energy / (scale + 1e-6));
+    }
+    const Tensor hx = state_x_.forward(c), hb = state_b_.forward(c);  // (B, E), (B, N)
+    const Tensor reach_p = ops::squeeze(ops::narrow(reach, 1, p, 1), 1);                  // (B, E, N)
+    const Tensor y_last = ops::squeeze(ops::narrow(y0_last, 1, p, 1), 1) +
+                          hx * ops::sum(reach_p * ops::unsqueeze(hb, 1), {2});
+    const Tensor s = summary_.forward(y_last);
+    summaries[static_cast<std::size_t>(p)] = s;
+    restricted[static_cast<std::size_t>(p)] = restrict_all(s);
+    sections.push_back(c);
+    state_x.push_back(hx);
+    state_b.push_back(hb);
+  }
+
+  // Φ again, now from the glued states h0_p = (W_hx c_p) ⊗ (W_hb c_p).
+  const Tensor h0 = ops::unsqueeze(ops::stack(state_x, 1), 3) * ops::unsqueeze(ops::stack(state_b, 1), 2);
+  const Tensor y = ops::selective_scan(u, delta, A_log_, Bm, Cm, D_skip_, dt_bias_, h0, P);
+
+  report.sections = ops::stack(sections, 1);
+  if (!energies.empty()) {
+    report.energy = ops::mean(ops::stack(energies, 1));
+    report.energy_normalised = ops::mean(ops::stack(normalised, 1));
+  }
+  return out_.forward(y * ops::silu(z));
+}
+
+// ---- the block: mixer, then the patch-type experts ---------------------------------------
+
+SheafBlock::SheafBlock(const LMConfig& c, Generator& init, Generator& dropout)
+    : patch_(c.patch),
+      mixer_(register_module("mixer", std::make_shared<SheafMixer>(c, init))),
+      mixer_dropout_(register_module("mixer_dropout", std::make_shared<nn::Dropout>(c.dropout, dropout))),
+      norm1_(register_module("norm1", std::make_shared<nn::LayerNorm>(c.d_model))),
+      router_(register_module("router", std::make_shared<nn::Linear>(c.section_dim, c.types, init))),
+      expert_dropout_(register_module("expert_dropout", std::make_shared<nn::Dropout>(c.dropout, dropout))),
+      norm2_(register_module("norm2", std::make_shared<nn::LayerNorm>(c.d_model))) {
+  for (std::int64_t k = 0; k < c.types; ++k)
+    experts_.push_back(&register_module("experts." + std::to_string(k),
+                                        std::make_shared<FeedForward>(c.d_model, c.expert_d_ff, init)));
+}
+
+Tensor SheafBlock::forward(const Tensor& h_in, SheafStats& stats) const {
+  const std::int64_t B = h_in.size(0), L = h_in.size(1), d = h_in.size(2), K = static_cast<std::int64_t>(experts_.size());
+  GluingReport report;
+  const Tensor h = norm1_.forward(h_in + mixer_dropout_.forward(mixer_.forward(h_in, report)));
+  const std::int64_t patches = report.sections.size(1);
+
+  // Route each patch by its glued section (never by its own tokens): top-1 expert e_p,
+  // whose probability scales the expert's output so that the router learns.
+  const Tensor probs = ops::softmax(router_.forward(report.sections), 2);  // (B, patches, K)
+  const std::vector<float> host = probs.detach().to(Device::cpu()).to(DType::F32).to_vector<float>();
+  std::vector<std::int32_t> expert(static_cast<std::size_t>(B * patches));
+  std::vector<std::int32_t> chosen;  // rows of probs viewed as (B·patches·K, 1)
+  std::vector<double> load(static_cast<std::size_t>(K), 0.0);
+  for (std::int64_t i = 0; i < B * patches; ++i) {
+    const float* row = host.data() + i * K;
+    const std::int64_t e = std::max_element(row, row + K) - row;
+    expert[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(e);
+    chosen.push_back(static_cast<std::int32_t>(i * K + e));
+    load[static_cast<std::size_t>(e)] += 1.0 / double(B * patches);
+  }
+  // Tokens grouped by expert (stable: in order of position within each group).
+  std::vector<std::vector<std::int32_t>> rows(static_cast<std::size_t>(K));
+  std::vector<std::int32_t> gate_rows;  // for each token, the row of its patch's gate
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t t = 0; t < L; ++t) {
+      const std::int64_t patch_row = b * patches + t / patch_;
+      rows[static_cast<std::size_t>(expert[static_cast<std::size_t>(patch_row)])].push_back(static_cast<std::int32_t>(b * L + t));
+      gate_rows.push_back(static_cast<std::int32_t>(patch_row));
+    }
+  std::vector<std::int32_t> order, inverse(static_cast<std::size_t>(B * L));
+  std::vector<Tensor> outputs;
+  for (std::int64_t k = 0; k < K; ++k) {
+    const auto& r = rows[static_cast<std::size_t>(k)];
+    if (r.empty()) continue;
+    outputs.push_back(experts_[static_cast<std::size_t>(k)]->forward(gather_rows(h, d, r)));
+    for (std::int32_t row : r) {
+      inverse[static_cast<std::size_t>(row)] = static_cast<std::int32_t>(order.size());
+      order.push_back(row);
+    }
+  }
+  const Tensor grouped = outputs.size() == 1 ? outputs[0] : ops::cat(outputs, 0);  // (B·L, d) by expert
+  const Tensor gate = gather_rows(gather_rows(probs, 1, chosen), 1, gate_rows);    // (B·L, 1)
+  const Tensor expert_out = ops::reshape(gather_rows(grouped, d, inverse) * gate, {B, L, d});
+
+  // Switch-style balance: K Σ_k f_k P_k, f_k the share of patches routed to k (a constant),
+  // P_k the mean router probability of k.
+  const Tensor mean_probs = ops::mean(ops::reshape(probs, {-1, K}), {0});  // (K)
+  std::vector<float> shares(load.begin(), load.end());
+  const Tensor balance = ops::sum(mean_probs * Tensor::from_vector(shares, {K}).to(h.device()).to(h.dtype())) * double(K);
+
+  auto add = [](Tensor& total, const Tensor& x) {
+    if (!x.defined()) return;
+    total = total.defined() ? total + x : x;
+  };
+  add(stats.energy, report.energy);
+  add(stats.energy_normalised, report.energy_normalised);
+  add(stats.balance, balance);
+  if (stats.loads.empty()) stats.loads.assign(static_cast<std::size_t>(K), 0.0);
+  for (std::int64_t k = 0; k < K; ++k) stats.loads[static_cast<std::size_t>(k)] += load[static_cast<std::size_t>(k)];
+  ++stats.layers;
+  return norm2_.forward(h + expert_dropout_.forward(expert_out));
+}
+
+// ---- the model ---------------------------------------------------------------------------
+
+SheafStateLM::SheafStateLM(const LMConfig& config) : TiedEmbeddingLM(config) {
+  for (std::int64_t i = 0; i < config_.layers; ++i)
+    blocks_.push_back(&register_module("blocks." + std::to_string(i),
+                                       std::make_shared<SheafBlock>(config_, init_gen_, dropout_gen_)));
+}
+
+Tensor SheafStateLM::run_blocks(const Tensor& h_in) {
+  last_ = SheafStats();
+  Tensor h = h_in;
+  for (SheafBlock* block : blocks_) h = block->forward(h, last_);
+  return h;
+}
+
+Tensor SheafStateLM::auxiliary_loss() const {
+  Tensor loss;
+  if (last_.balance.defined() && config_.balance_weight > 0) loss = last_.balance * (config_.balance_weight / double(last_.layers));
+  if (last_.energy_normalised.defined() && config_.energy_weight > 0) {
+    const Tensor energy = last_.energy_normalised * (config_.energy_weight / double(last_.layers));
+    loss = loss.defined() ? loss + energy : energy;
+  }
+  return loss;
+}
+
+nlohmann::json SheafStateLM::diagnostics() const {
+  nlohmann::json j;
+  if (last_.layers == 0) return j;
+  NoGradGuard no_grad;
+  const double layers = double(last_.layers);
+  if (last_.energy.defined()) j["gluing_energy"] = last_.energy.item() / layers;
+  if (last_.energy_normalised.defined()) j["gluing_energy_normalised"] = last_.energy_normalised.item() / layers;
+  if (last_.balance.defined()) j["balance_loss"] = last_.balance.item() / layers;
+  std::vector<double> loads;
+  for (double l : last_.loads) loads.push_back(l / layers);
+  j["expert_load"] = loads;
+  return j;
+}
+
+}  // namespace wedge::models

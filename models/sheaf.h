@@ -1,0 +1,109 @@
+// SheafStateLM: local selective-SSM states glued along a sparse causal cover of patches
+// (the Sheaf-State architecture; models/README.md states and justifies every choice).
+//
+// The sequence is cut into patches of P tokens. Per layer, for the layer input h (B, L, d):
+//   [x ; z] = W_in h,   u = silu(x)                                  inner width E = 2d
+//   delta = W_up W_down u,  B_t = W_B u,  C_t = W_C u                Mamba's S6 inputs
+//   Φ  local dynamics: the selective scan over each patch, starting from h0_p (below)
+//   s_p = W_s y_{τ_p} + b_s               the patch summary (τ_p = the patch's last token)
+//   π_q = softmax(W_τ s_q)                soft patch type over K types
+//   G  gluing over the cover N(p) = {p-1, p-2, p-4, ..., p-2^(D-1)} (only q >= 0):
+//        r_pq = R(π_q, δ_pq) s_q = Σ_k π_q[k] R[δ_pq, k] s_q      typed restriction maps
+//        a_pq = softmax_q( (W_a s_{p-1}) · r_pq / sqrt(d_s) )      weights over <= D items
+//        c_p  = Σ_q a_pq r_pq                                      the glued section
+//        E_p  = Σ_q a_pq ||c_p - r_pq||^2,  Ê_p = E_p / Σ_q a_pq ||r_pq||^2
+//   h0_p = (W_hx c_p) ⊗ (W_hb c_p)       the patch's initial state, (E, N), rank one
+//   h = LN(h + Dropout(W_out (y ⊙ silu(z))))
+//   E  experts: patch p's tokens go to expert e_p = argmax softmax(W_r c_p + b_r), scaled
+//      by that probability: h = LN(h + Dropout(g_p FFN_{e_p}(h)))
+//   R  readout: the tied head on the last block's (layer-normalised) output.
+//
+// Only the summaries of EARLIER patches reach c_p, so nothing crosses a patch boundary
+// except through the gluing; leaky (tests only) adds patch p's own summary to its cover.
+// Cost per layer: O(L·E·N) for the scans, O((L/P)·D·K·d_s²) for the gluing, O(L·d·d_ff)
+// for the experts — linear in L; no L x L object exists.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "models/tied_embedding_lm.h"
+
+namespace wedge::models {
+
+// What one layer's mixer reports besides its output.
+struct GluingReport {
+  Tensor sections;          // c_p, (B, patches, d_s)
+  Tensor energy;            // mean over (batch, patches with a cover) of E_p, scalar
+  Tensor energy_normalised; // the same of Ê_p, scalar (the auxiliary loss)
+};
+
+class SheafMixer : public Module {
+ public:
+  SheafMixer(const LMConfig& config, Generator& init);
+  // h (B, L, d) -> (B, L, d), and the gluing report.
+  Tensor forward(const Tensor& h, GluingReport& report) const;
+
+ private:
+  struct Scan;  // the S6 inputs of one forward
+  std::int64_t d_model_, inner_, state_, patch_, depth_, types_, section_;
+  bool leaky_;
+  nn::Linear& in_;        // W_in (2E, d), no bias
+  nn::Linear& dt_down_;   // (R, E), no bias
+  nn::Linear& dt_up_;     // (E, R), no bias (the bias is dt_bias)
+  nn::Linear& b_proj_;    // W_B (N, E)
+  nn::Linear& c_proj_;    // W_C (N, E)
+  Tensor A_log_;          // (E, N)  (handles share the registered parameters)
+  Tensor D_skip_;         // (E)
+  Tensor dt_bias_;        // (E)
+  nn::Linear& summary_;   // W_s (d_s, E), b_s
+  nn::Linear& type_;      // W_τ (K, d_s), b_τ
+  Tensor restriction_;    // R (D, K, d_s, d_s)
+  nn::Linear& query_;     // W_a (d_s, d_s), no bias
+  nn::Linear& state_x_;   // W_hx (E, d_s), no bias
+  nn::Linear& state_b_;   // W_hb (N, d_s), no bias
+  nn::Linear& out_;       // W_out (d, E), no bias
+};
+
+class SheafBlock : public Module {
+ public:
+  SheafBlock(const LMConfig& config, Generator& init, Generator& dropout);
+  // h (B, L, d) -> (B, L, d). Adds this layer's energies, balance loss and expert loads
+  // to `stats`.
+  Tensor forward(const Tensor& h, struct SheafStats& stats) const;
+
+ private:
+  std::int64_t patch_;
+  SheafMixer& mixer_;
+  nn::Dropout& mixer_dropout_;
+  nn::LayerNorm& norm1_;
+  nn::Linear& router_;  // W_r (K, d_s), b_r
+  std::vector<FeedForward*> experts_;
+  nn::Dropout& expert_dropout_;
+  nn::LayerNorm& norm2_;
+};
+
+// Summed over the layers of one forward.
+struct SheafStats {
+  Tensor energy;              // raw gluing energy, mean per layer, summed over layers
+  Tensor energy_normalised;   // scale-free energy (what λ multiplies)
+  Tensor balance;             // load-balancing loss, summed over layers
+  std::vector<double> loads;  // fraction of patches per expert, summed over layers
+  std::int64_t layers = 0;
+};
+
+class SheafStateLM : public TiedEmbeddingLM {
+ public:
+  explicit SheafStateLM(const LMConfig& config);
+  Tensor auxiliary_loss() const override;
+  nlohmann::json diagnostics() const override;
+
+ protected:
+  Tensor run_blocks(const Tensor& h) override;
+
+ private:
+  std::vector<SheafBlock*> blocks_;
+  SheafStats last_;  // of the latest forward
+};
+
+}  // namespace wedge::models
