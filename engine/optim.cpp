@@ -27,13 +27,25 @@ void adam_group(const kernels::AdamParams& hp, const std::vector<kernels::AdamSe
 
 }  // namespace
 
-Adam::Adam(std::vector<std::pair<std::string, Tensor>> params, AdamConfig config)
+bool decays_by_default(const std::string& name, const Tensor& param) {
+  const std::string a_log = "A_log";
+  const bool is_a_log = name.size() >= a_log.size() && name.compare(name.size() - a_log.size(), a_log.size(), a_log) == 0;
+  return param.dim() >= 2 && !is_a_log;
+}
+
+Adam::Adam(std::vector<std::pair<std::string, Tensor>> params, AdamConfig config, DecayRule decays)
     : config_(config) {
   for (auto& [name, p] : params) {
     if (!p.is_contiguous()) fail("Adam", "parameter '" + name + "' must be contiguous, got " + p.str());
     slots_.push_back({name, p, Tensor::zeros(p.shape(), p.dtype(), p.device()),
-                      Tensor::zeros(p.shape(), p.dtype(), p.device())});
+                      Tensor::zeros(p.shape(), p.dtype(), p.device()), !decays || decays(name, p)});
   }
+}
+
+bool Adam::decayed(const std::string& name) const {
+  for (const Slot& s : slots_)
+    if (s.name == name) return s.decay;
+  return false;
 }
 
 void Adam::step(double grad_scale) {
@@ -49,21 +61,27 @@ void Adam::step(double grad_scale) {
   hp.bc2 = static_cast<float>(1.0 - std::pow(config_.beta2, static_cast<double>(step_)));
   hp.decoupled = config_.decoupled;
   hp.grad_scale = static_cast<float>(grad_scale);
-  // Parameters are grouped by (device, dtype); each group is one kernel call. The
-  // gradients stay alive in `grads` until the calls are done.
+  // Parameters are grouped by (device, dtype, decayed or not); each group is one kernel
+  // call. The gradients stay alive in `grads` until the calls are done.
   std::vector<Tensor> grads;
   grads.reserve(slots_.size());
-  std::vector<const Tensor*> leads;  // the first parameter of each group
+  std::vector<const Slot*> leads;  // the first parameter of each group
+  auto same_group = [](const Slot& a, const Slot& b) {
+    return a.param.device() == b.param.device() && a.param.dtype() == b.param.dtype() && a.decay == b.decay;
+  };
   for (const Slot& s : slots_) {
     bool known = false;
-    for (const Tensor* lead : leads) known |= lead->device() == s.param.device() && lead->dtype() == s.param.dtype();
-    if (!known) leads.push_back(&s.param);
+    for (const Slot* lead : leads) known |= same_group(*lead, s);
+    if (!known) leads.push_back(&s);
   }
-  for (const Tensor* lead : leads) {
+  const float weight_decay = hp.weight_decay;
+  for (const Slot* lead_slot : leads) {
+    const Tensor* lead = &lead_slot->param;
+    hp.weight_decay = lead_slot->decay ? weight_decay : 0.0f;
     std::vector<kernels::AdamSegment<float>> f32;
     std::vector<kernels::AdamSegment<double>> f64;
     for (Slot& s : slots_) {
-      if (s.param.device() != lead->device() || s.param.dtype() != lead->dtype()) continue;
+      if (!same_group(*lead_slot, s)) continue;
       Tensor g = s.param.grad();
       if (!g.defined()) continue;
       grads.push_back(g.contiguous());

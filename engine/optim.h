@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -25,10 +26,21 @@ struct AdamConfig {
   bool decoupled = true;  // true: AdamW (Loshchilov & Hutter); false: Adam with L2 in g
 };
 
+// Which parameters weight decay applies to, by name and tensor.
+using DecayRule = std::function<bool(const std::string& name, const Tensor& param)>;
+// The rule wedge's models train with: decay the matrices (dim >= 2: weights, embeddings,
+// the restriction maps) but not vectors (biases, LayerNorm gamma and beta, the SSM's skip
+// D and step-size bias) nor the SSM's A_log, whose decay toward 0 would pull every state's
+// time scale toward one step.
+bool decays_by_default(const std::string& name, const Tensor& param);
+
 class Adam {
  public:
-  // params: (name, tensor) pairs, e.g. Module::named_parameters().
-  Adam(std::vector<std::pair<std::string, Tensor>> params, AdamConfig config);
+  // params: (name, tensor) pairs, e.g. Module::named_parameters(). Weight decay applies to
+  // the parameters `decays` accepts (all of them when it is empty).
+  Adam(std::vector<std::pair<std::string, Tensor>> params, AdamConfig config, DecayRule decays = {});
+  // Is weight decay applied to parameter `name`? (false for unknown names)
+  bool decayed(const std::string& name) const;
   // One update of every parameter that has a gradient. Bias correction uses the step
   // count after increment (t = 1 on the first step). Every gradient is multiplied by
   // grad_scale first (clip_scale's factor: clipping inside the update's one pass,
@@ -48,6 +60,7 @@ class Adam {
   struct Slot {
     std::string name;
     Tensor param, m, v;
+    bool decay = true;
   };
   std::vector<Slot> slots_;
   AdamConfig config_;

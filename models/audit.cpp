@@ -69,6 +69,9 @@ std::vector<std::int64_t> default_audit_positions(const LMConfig& config, std::i
   std::vector<std::int64_t> candidates = {0, L / 2, L - 2};
   if (const std::int64_t m = max_offset(config); m > 0)
     for (std::int64_t t : {m - 1, m, m + 1}) candidates.push_back(t);
+  if (config.model == "sheaf")  // around the first two patch boundaries, where c_p begins
+    for (std::int64_t t : {config.patch - 2, config.patch - 1, config.patch, 2 * config.patch - 1, 2 * config.patch})
+      candidates.push_back(t);
   std::vector<std::int64_t> positions;
   for (std::int64_t t : candidates)
     if (t >= 0 && t <= L - 2) positions.push_back(t);

@@ -43,8 +43,9 @@ struct AuditResult {
   std::string summary() const;
 };
 
-// The probes used when none are given: 0, L/2, L-2 and (Grassmann) Δmax-1, Δmax, Δmax+1,
-// clipped to [0, L-2], sorted, without duplicates.
+// The probes used when none are given: 0, L/2, L-2, (Grassmann) Δmax-1, Δmax, Δmax+1 and
+// (SheafState) P-2, P-1, P, 2P-1, 2P around the patch boundaries, clipped to [0, L-2],
+// sorted, without duplicates.
 std::vector<std::int64_t> default_audit_positions(const LMConfig& config, std::int64_t L);
 
 // Runs both checks on a batch of 2 random sequences of length L (2 <= L <= block) drawn

@@ -211,7 +211,7 @@ void register_bench_step(CLI::App& app) {
     model->train();
     AdamConfig acfg;
     acfg.weight_decay = 0.01;
-    Adam opt(model->named_parameters(), acfg);
+    Adam opt(model->named_parameters(), acfg, decays_by_default);
     const std::int64_t B = *batch, L = cfg.block, V = cfg.vocab_size;
     Generator gen(cfg.seed + 1);
     std::vector<double> times;

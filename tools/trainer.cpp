@@ -234,7 +234,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   acfg.lr = st.lr;
   acfg.weight_decay = st.weight_decay;
   acfg.beta2 = 0.98;
-  Adam opt(model->named_parameters(), acfg);
+  Adam opt(model->named_parameters(), acfg, decays_by_default);
   LrSchedule sched;
   sched.kind = LrSchedule::Kind::WarmupCosine;
   sched.base_lr = st.lr;

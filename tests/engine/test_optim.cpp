@@ -139,3 +139,30 @@ TEST_CASE("end to end: an MLP of Modules fits two interleaved spirals with AdamW
   CHECK(first > 0.6);
   CHECK(last < 0.05);
 }
+
+TEST_CASE("AdamW decays matrices but not vectors nor A_log under the default rule") {
+  Tensor w = Tensor::full({2, 3}, 1.0), b = Tensor::full({3}, 1.0), a_log = Tensor::full({3, 2}, 1.0);
+  for (Tensor* t : {&w, &b, &a_log}) t->set_requires_grad(true);
+  AdamConfig cfg;
+  cfg.lr = 0.1;
+  cfg.weight_decay = 0.5;
+  Adam opt({{"blocks.0.ffn.w1.weight", w}, {"blocks.0.ffn.w1.bias", b}, {"blocks.0.mixer.A_log", a_log}}, cfg,
+           decays_by_default);
+  CHECK(opt.decayed("blocks.0.ffn.w1.weight"));
+  CHECK_FALSE(opt.decayed("blocks.0.ffn.w1.bias"));
+  CHECK_FALSE(opt.decayed("blocks.0.mixer.A_log"));
+  // Zero gradients: the Adam term is 0, so only the decoupled decay moves a parameter,
+  // p <- p - lr wd p = 1 - 0.05.
+  for (Tensor* t : {&w, &b, &a_log}) t->set_grad(Tensor::zeros(t->shape()));
+  opt.step();
+  for (float v : w.to_vector<float>()) CHECK(v == doctest::Approx(0.95));
+  for (float v : b.to_vector<float>()) CHECK(v == 1.0f);
+  for (float v : a_log.to_vector<float>()) CHECK(v == 1.0f);
+  // Without a rule every parameter decays, as before.
+  Tensor v = Tensor::full({3}, 1.0);
+  v.set_requires_grad(true);
+  Adam all({{"bias", v}}, cfg);
+  v.set_grad(Tensor::zeros({3}));
+  all.step();
+  CHECK(v.to_vector<float>()[0] == doctest::Approx(0.95));
+}

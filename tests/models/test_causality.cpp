@@ -1,5 +1,5 @@
-// The causality audit over many model configurations, and the leaky Grassmann variant
-// that it must catch.
+// The causality audit over many model configurations, and the leaky Grassmann and
+// SheafState variants that it must catch.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -166,6 +166,60 @@ TEST_CASE("the leaky Grassmann variant (pairs with t + delta) is caught, with it
     c.leaky = true;
     CHECK_FALSE(audit(c, 24).passed);
   }
+}
+
+LMConfig small_sheaf() {
+  LMConfig c = small("sheaf");
+  c.patch = 4;
+  c.cover_depth = 3;
+  c.types = 3;
+  c.state_size = 3;
+  c.section_dim = 6;
+  c.expert_d_ff = 8;
+  return c;
+}
+
+TEST_CASE("SheafStateLM passes the causality audit in every shape of patch and cover") {
+  struct Case {
+    const char* name;
+    std::int64_t patch, depth, L;
+  };
+  for (const Case k : {Case{"L a multiple of P", 4, 3, 24}, Case{"L not a multiple of P", 5, 3, 23},
+                       Case{"P = 1: every token its own patch", 1, 4, 13}, Case{"P > L: one patch", 32, 2, 17},
+                       Case{"cover depth 1 (the previous patch only)", 3, 1, 20},
+                       Case{"cover depth 6, deeper than the sequence", 2, 6, 24}}) {
+    CAPTURE(k.name);
+    LMConfig c = small_sheaf();
+    c.patch = k.patch;
+    c.cover_depth = k.depth;
+    // Every position, so each patch boundary is probed on both sides.
+    std::vector<std::int64_t> all;
+    for (std::int64_t t = 0; t <= k.L - 2; ++t) all.push_back(t);
+    const auto r = audit(c, k.L, all);
+    CHECK_MESSAGE(r.passed, r.summary());
+    CHECK(r.gradients_checked > 0);
+  }
+}
+
+TEST_CASE("the leaky SheafState variant (c_p sees its own patch) is caught inside a patch") {
+  LMConfig c = small_sheaf();
+  c.leaky = true;
+  const auto r = audit(c, 24);
+  REQUIRE_FALSE(r.passed);
+  // The leak is within a patch: the output at t sees a later token of t's own patch.
+  bool within_patch = false;
+  for (const auto& v : r.violations)
+    if (v.check == "gradient" && v.position / c.patch == v.t / c.patch) within_patch = true;
+  CHECK(within_patch);
+  SUBCASE("one layer") {
+    c.layers = 1;
+    CHECK_FALSE(audit(c, 24).passed);
+  }
+}
+
+TEST_CASE("default audit positions of SheafStateLM straddle the first patch boundaries") {
+  LMConfig c = small_sheaf();
+  CHECK(models::default_audit_positions(c, 24) == std::vector<std::int64_t>{0, 2, 3, 4, 7, 8, 12, 22});
 }
 
 TEST_CASE("the audit restores the model's mode and leaves parameter gradients alone") {
