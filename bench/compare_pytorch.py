@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """Training-step throughput of wedge and PyTorch side by side, in one run.
 
-A benchmark only: the engine never uses Python. It builds the same two models as wedge
-(TransformerLM and GrassmannLM of PAPERS.md, same sizes, tied head, post-LN, exact GELU)
-in PyTorch, times forward + cross-entropy + backward + AdamW on random tokens, runs
+A benchmark only: the engine never uses Python. It builds the same models as wedge
+(TransformerLM and GrassmannLM, same sizes, tied head, post-LN, exact GELU; GrassmannLM
+with the same exact shortcuts wedge takes: offsets averaged before one projection, W_o
+folded into W_plü) in PyTorch, times forward + cross-entropy + backward + AdamW on random tokens, runs
 `wedge bench-step` with the same configuration right before, and prints both figures
 and the ratio.
 
@@ -70,12 +71,14 @@ def torch_models(torch):
             return self.out((p @ v).transpose(1, 2).reshape(B, L, d))
 
     class Mix(nn.Module):
-        """Causal Grassmann mixing written the way the paper's PyTorch code does it:
-        Plücker coordinates materialised for every offset, then projected."""
+        """Causal Grassmann mixing, by default in the exact shortcuts wedge takes: the
+        normalised Plücker vectors are averaged over the valid offsets and projected once,
+        with W_o folded into W_plü (both maps are linear). literal=True is the paper code's
+        form — every offset projected, then averaged — shown only as an extra, labelled row."""
 
-        def __init__(self, d, r, windows):
+        def __init__(self, d, r, windows, literal=False):
             super().__init__()
-            self.windows = windows
+            self.windows, self.literal = windows, literal
             self.red = nn.Linear(d, r)
             iu = torch.triu_indices(r, r, 1)
             self.register_buffer("ii", iu[0])
@@ -87,7 +90,7 @@ def torch_models(torch):
         def forward(self, h, drop):
             B, L, d = h.shape
             z = self.red(h)
-            acc = torch.zeros(B, L, d)
+            acc = torch.zeros(B, L, d if self.literal else self.plu.in_features)
             count = torch.zeros(1, L, 1)
             for delta in self.windows:
                 if delta >= L:
@@ -95,10 +98,14 @@ def torch_models(torch):
                 u, v = z[:, delta:], z[:, :-delta]
                 p = u[..., self.ii] * v[..., self.jj] - u[..., self.jj] * v[..., self.ii]
                 p = p / p.norm(dim=-1, keepdim=True).clamp_min(1e-8)
-                g = self.plu(p)
-                acc = acc + F.pad(g, (0, 0, delta, 0))
+                acc = acc + F.pad(self.plu(p) if self.literal else p, (0, 0, delta, 0))
                 count = count + F.pad(torch.ones(1, L - delta, 1), (0, 0, delta, 0))
-            g = self.out(acc / count.clamp_min(1)) * (count > 0)
+            mean = acc / count.clamp_min(1)
+            if self.literal:
+                g = self.out(mean)
+            else:
+                g = F.linear(mean, self.out.weight @ self.plu.weight, self.out.weight @ self.plu.bias + self.out.bias)
+            g = g * (count > 0)
             a = torch.sigmoid(self.gate(torch.cat([h, g], -1)))
             return a * h + (1 - a) * drop(g)
 
@@ -107,8 +114,8 @@ def torch_models(torch):
             super().__init__()
             self.kind = kind
             self.tok, self.pos = nn.Embedding(V, d), nn.Embedding(block, d)
-            self.mix = nn.ModuleList(
-                [Attn(d, heads) if kind == "transformer" else Mix(d, r, windows) for _ in range(layers)])
+            self.mix = nn.ModuleList([Attn(d, heads) if kind == "transformer" else
+                                      Mix(d, r, windows, literal=kind == "grassmann-literal") for _ in range(layers)])
             self.ffn = nn.ModuleList([FFN(d, dff) for _ in range(layers)])
             self.n1 = nn.ModuleList([nn.LayerNorm(d) for _ in range(layers)])
             self.n2 = nn.ModuleList([nn.LayerNorm(d) for _ in range(layers)])
@@ -192,6 +199,8 @@ def main():
     ap.add_argument("--seq-scaling", action="store_true", help="2 layers, d 128, batch 1, block 256..8192")
     ap.add_argument("--models", default="transformer,grassmann")
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--literal", action="store_true",
+                    help="also time PyTorch's GrassmannLM in the paper code's literal form (an extra, labelled row)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda (both engines on the same device)")
     ap.add_argument("--torch-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -220,6 +229,13 @@ def main():
         print(f"{cfg['model']:<12} {cfg['block']:>6} {batch:>5} {w['tokens_per_s']:>12.0f} {t['tokens_per_s']:>12.0f} "
               f"{w['tokens_per_s'] / t['tokens_per_s']:>6.2f} {w['peak_rss_mb']:>13.0f} {t['peak_rss_mb']:>13.0f}",
               flush=True)
+        if cfg["model"] == "grassmann" and args.literal:
+            # An extra, labelled row: PyTorch in the paper code's literal form (every offset
+            # projected, then averaged) against the same wedge figure.
+            t = run_in_child(args, dict(cfg, model="grassmann-literal"), batch, args.steps, 1)
+            print(f"{'  (literal)':<12} {cfg['block']:>6} {batch:>5} {w['tokens_per_s']:>12.0f} "
+                  f"{t['tokens_per_s']:>12.0f} {w['tokens_per_s'] / t['tokens_per_s']:>6.2f} {w['peak_rss_mb']:>13.0f} "
+                  f"{t['peak_rss_mb']:>13.0f}", flush=True)
 
 
 if __name__ == "__main__":
