@@ -27,6 +27,7 @@
 #include "kernels/cuda/memory.cu"
 #include "kernels/cuda/plucker.cu"
 #include "kernels/cuda/reduce.cu"
+#include "kernels/cuda/selective_scan.cu"
 #include "kernels/cuda/softmax.cu"
 #include "kernels/cuda/table.cu"
 
