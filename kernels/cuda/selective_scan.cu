@@ -185,7 +185,10 @@ __global__ void __launch_bounds__(kMaxThreads)
       y[i] = out;
     }
     if (h_last != nullptr) {
-      for (int j = 0; j < count; ++j) h_last[state0 + n0 + j] = h[j];
+      WEDGE_UNROLL  // constant indices keep h in registers
+      for (int j = 0; j < NC; ++j) {
+        if (j < count) h_last[state0 + n0 + j] = h[j];
+      }
     }
   }
 }
@@ -318,7 +321,9 @@ __global__ void __launch_bounds__(kMaxThreads)
       }
     }
     if (valid) {
-      for (int j = 0; j < count; ++j) {
+      WEDGE_UNROLL  // constant indices keep gh, gA and A in registers
+      for (int j = 0; j < NC; ++j) {
+        if (j >= count) continue;
         if (o.gh0 != nullptr) o.gh0[state0 + n0 + j] = gh[j];
         if (o.gA_log != nullptr) o.gA_log[(segment_row * D + d) * N + n0 + j] = gA[j] * A[j];  // dA/dA_log = A
       }
