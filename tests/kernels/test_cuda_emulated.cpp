@@ -27,6 +27,7 @@
 #include "kernels/cuda/memory.cu"
 #include "kernels/cuda/plucker.cu"
 #include "kernels/cuda/reduce.cu"
+#include "kernels/cuda/selective_scan.cu"
 #include "kernels/cuda/softmax.cu"
 #include "kernels/cuda/table.cu"
 
@@ -154,6 +155,28 @@ TEST_CASE("host emulation: one Adam update touches each element of every tensor 
     for (float x : tensor) wrong += x == 9.0f ? 0 : 1;
   }
   CHECK(wrong == 0);
+}
+
+// The selective scan supports any P, N, D and L; what it refuses (before touching memory)
+// is a size no kernel can have and a grid beyond CUDA's 2^31 - 1 blocks.
+TEST_CASE("host emulation: the selective scan refuses shapes it cannot run") {
+  namespace emulated = wedge::kernels::cuda_emulated;
+  wedge::kernels::ScanArgs<float> args;
+  args.batch = 1;
+  args.L = 5;
+  args.D = 3;
+  args.N = 2;
+  args.P = 0;  // tokens but no segment length
+  float* none = nullptr;
+  CHECK_THROWS_AS(emulated::selective_scan_forward(args, none, none), std::invalid_argument);
+  CHECK_THROWS_AS(emulated::selective_scan_backward(args, none, none, {}), std::invalid_argument);
+  args.P = 1;
+  args.N = -1;
+  CHECK_THROWS_AS(emulated::selective_scan_forward(args, none, none), std::invalid_argument);
+  args.N = 2;
+  args.batch = wedge::kernels::i64(1) << 31;  // 2^31 segments of one token
+  CHECK_THROWS_AS(emulated::selective_scan_forward(args, none, none), std::invalid_argument);
+  CHECK_THROWS_AS(emulated::selective_scan_backward(args, none, none, {}), std::invalid_argument);
 }
 
 TEST_CASE("host emulation catches missing and divergent barriers") {

@@ -1025,6 +1025,143 @@ void check_plucker(Suite& s) {
   }
 }
 
+// ---- selective scan ---------------------------------------------------------------------------------
+
+void check_selective_scan(Suite& s) {
+  struct Shape { i64 batch, L, D, N, P; };
+  std::vector<Shape> shapes = {
+      {2, 37, 5, 3, 8},     // L not a multiple of P
+      {1, 16, 1, 1, 1},     // P = 1, N = 1, D = 1
+      {3, 7, 33, 16, 16},   // P > L (one short segment), two warps of channels
+      {2, 19, 7, 5, 40},    // P > L and longer than the backward's 16-token chunks
+      {2, 50, 70, 20, 24},  // three warps of channels, two chunks of states, 16 + 8 tokens
+      {1, 1, 1, 1, 1},
+  };
+  if (s.full_size) {
+    shapes.push_back({32, 128, 512, 16, 16});  // SheafStateLM-sized
+    shapes.push_back({2, 1000, 64, 16, 1000});  // one long segment: 63 chunks of tokens
+  }
+  // Which optional inputs are present, and which gradients are asked for (null: skipped).
+  struct Variant { bool h0, g_h_last, bias, skip, h_last, grads_a, grads_b; const char* name; };
+  const Variant variants[] = {
+      {true, true, true, true, true, true, true, "all inputs"},
+      {false, false, false, false, false, true, true, "h0, g_h_last, delta_bias, Dskip, h_last null"},
+      {true, false, true, false, true, true, false, "g_h_last, Dskip null; gB, gA_log, gdelta, gh0 skipped"},
+      {false, true, false, true, true, false, true, "h0, delta_bias null; gC, gu, gDskip, gdelta_bias skipped"},
+  };
+  auto max_abs = [](const std::vector<float>& v) {
+    double m = 0;
+    for (float x : v) m = std::max(m, double(std::fabs(x)));
+    return m;
+  };
+  std::uint64_t seed = 1400;
+  for (const Shape& sh : shapes) {
+    for (const Variant& var : variants) {
+      const i64 S = (sh.L + sh.P - 1) / sh.P;
+      const std::size_t tokens = std::size_t(sh.batch * sh.L * sh.D), inputs = std::size_t(sh.batch * sh.L * sh.N),
+                        params = std::size_t(sh.D * sh.N), states = std::size_t(sh.batch * S * sh.D * sh.N),
+                        D = std::size_t(sh.D);
+      auto u = random_floats(tokens, seed++), delta = random_floats(tokens, seed++, -4.0f, 2.0f);
+      // softplus far out on both sides: dt = 30 (the state forgets at once) and dt ~ 1e-13
+      delta[0] = 30.0f;
+      if (tokens > 1) delta[tokens - 1] = -30.0f;
+      auto delta_bias = random_floats(D, seed++), Dskip = random_floats(D, seed++);
+      auto A_log = random_floats(params, seed++, -0.7f, 2.0f);  // A in [-7.4, -0.5]
+      auto B = random_floats(inputs, seed++), C = random_floats(inputs, seed++);
+      auto h0 = random_floats(states, seed++), gy = random_floats(tokens, seed++), g_h_last = random_floats(states, seed++);
+
+      ScanArgs<float> ha;  // the arguments in host memory, for the reference
+      ha.batch = sh.batch;
+      ha.L = sh.L;
+      ha.D = sh.D;
+      ha.N = sh.N;
+      ha.P = sh.P;
+      ha.u = u.data();
+      ha.delta = delta.data();
+      ha.delta_bias = var.bias ? delta_bias.data() : nullptr;
+      ha.A_log = A_log.data();
+      ha.B = B.data();
+      ha.C = C.data();
+      ha.Dskip = var.skip ? Dskip.data() : nullptr;
+      ha.h0 = var.h0 ? h0.data() : nullptr;
+      const float* ghl = var.g_h_last ? g_h_last.data() : nullptr;
+      // Gradient sizes; 0 where the variant does not ask for it.
+      const std::size_t n_gu = var.grads_b ? tokens : 0, n_gdelta = var.grads_a ? tokens : 0,
+                        n_gbias = var.grads_b ? D : 0, n_gA = var.grads_a ? params : 0,
+                        n_gB = var.grads_a ? inputs : 0, n_gC = var.grads_b ? inputs : 0,
+                        n_gskip = var.grads_b ? D : 0, n_gh0 = var.grads_a ? states : 0;
+      auto grad_ptrs = [&](std::vector<float>& gu, std::vector<float>& gdelta, std::vector<float>& gbias,
+                           std::vector<float>& gA, std::vector<float>& gB, std::vector<float>& gC,
+                           std::vector<float>& gskip, std::vector<float>& gh0) {
+        auto p = [](std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
+        return ScanGrads<float>{p(gu), p(gdelta), p(gbias), p(gA), p(gB), p(gC), p(gskip), p(gh0)};
+      };
+
+      std::vector<float> y_ref(tokens), h_last_ref(var.h_last ? states : 0);
+      s.ref.selective_scan_forward(ha, y_ref.data(), var.h_last ? h_last_ref.data() : nullptr);
+      std::vector<float> gu_ref(n_gu), gdelta_ref(n_gdelta), gbias_ref(n_gbias), gA_ref(n_gA), gB_ref(n_gB),
+          gC_ref(n_gC), gskip_ref(n_gskip), gh0_ref(n_gh0);
+      s.ref.selective_scan_backward(ha, gy.data(), ghl,
+                                    grad_ptrs(gu_ref, gdelta_ref, gbias_ref, gA_ref, gB_ref, gC_ref, gskip_ref, gh0_ref));
+
+      const std::string what = "selective_scan batch,L,D,N,P=" + shape_str({sh.batch, sh.L, sh.D, sh.N, sh.P}) + " " +
+                               var.name;
+      auto got = run_twice(
+          [&] {
+            auto du = s.put(u), ddelta = s.put(delta), dbias = s.put(delta_bias), dA = s.put(A_log), dB = s.put(B),
+                 dC = s.put(C), dskip = s.put(Dskip), dh0 = s.put(h0), dgy = s.put(gy), dghl = s.put(g_h_last);
+            ScanArgs<float> da = ha;  // the same arguments in device memory
+            da.u = du.get();
+            da.delta = ddelta.get();
+            da.delta_bias = var.bias ? dbias.get() : nullptr;
+            da.A_log = dA.get();
+            da.B = dB.get();
+            da.C = dC.get();
+            da.Dskip = var.skip ? dskip.get() : nullptr;
+            da.h0 = var.h0 ? dh0.get() : nullptr;
+            auto dy = s.put(nans(tokens)), dh_last = s.put(nans(var.h_last ? states : 0));
+            s.dev.selective_scan_forward(da, dy.get(), var.h_last ? dh_last.get() : nullptr);
+            auto dgu = s.put(nans(n_gu)), dgdelta = s.put(nans(n_gdelta)), dgbias = s.put(nans(n_gbias)),
+                 dgA = s.put(nans(n_gA)), dgB = s.put(nans(n_gB)), dgC = s.put(nans(n_gC)),
+                 dgskip = s.put(nans(n_gskip)), dgh0 = s.put(nans(n_gh0));
+            auto p = [](std::size_t n, const DeviceBuffer<float>& b) { return n > 0 ? b.get() : nullptr; };
+            const ScanGrads<float> dg{p(n_gu, dgu),       p(n_gdelta, dgdelta), p(n_gbias, dgbias),
+                                      p(n_gA, dgA),       p(n_gB, dgB),         p(n_gC, dgC),
+                                      p(n_gskip, dgskip), p(n_gh0, dgh0)};
+            s.dev.selective_scan_backward(da, dgy.get(), var.g_h_last ? dghl.get() : nullptr, dg);
+            return std::vector<std::vector<float>>{dy.download(),     dh_last.download(), dgu.download(),
+                                                   dgdelta.download(), dgbias.download(), dgA.download(),
+                                                   dgB.download(),     dgC.download(),     dgskip.download(),
+                                                   dgh0.download()};
+          },
+          what);
+      // Float against the reference's double, as |got - ref| <= atol (1 + max |ref|): every
+      // output is a sum whose terms can be as large as the largest output, so an element near 0
+      // carries the rounding of those terms. Both sides sum in the same order; the error is
+      // float rounding (and on the GPU expf/log1pf within 2 ulp), about 1e-7 (1 + max |ref|)
+      // in the emulation for the per-element outputs (the decay forgets old rounding, so it
+      // does not grow with P). The sums over channels (gB, gC: D terms) and over tokens
+      // (gA_log, gDskip, gdelta_bias: batch x L terms, a segment's tokens added in sequence)
+      // grow with their length: about 9e-7 at 2 x 1000 tokens in one segment.
+      auto close = [&](std::size_t k, const std::vector<float>& ref, double atol, const char* name) {
+        expect_close(got[k], ref, atol * (1.0 + max_abs(ref)), 1e-5, what + " " + name);
+      };
+      const double per_element = 2e-6, over_channels = 2e-6 * (1.0 + double(sh.D) / 1000.0),
+                   over_tokens = 2e-6 * (1.0 + double(sh.batch * sh.L) / 1000.0);
+      close(0, y_ref, per_element, "y");
+      close(1, h_last_ref, per_element, "h_last");
+      close(2, gu_ref, per_element, "gu");
+      close(3, gdelta_ref, per_element, "gdelta");
+      close(4, gbias_ref, over_tokens, "gdelta_bias");
+      close(5, gA_ref, over_tokens, "gA_log");
+      close(6, gB_ref, over_channels, "gB");
+      close(7, gC_ref, over_channels, "gC");
+      close(8, gskip_ref, over_tokens, "gDskip");
+      close(9, gh0_ref, per_element, "gh0");
+    }
+  }
+}
+
 // ---- memory movement ---------------------------------------------------------------------------------
 
 void check_memory(Suite& s) {
@@ -1125,6 +1262,7 @@ void run_cuda_parity_suite(const wedge::kernels::KernelTable<float>& table, cons
   check_embedding(s);
   check_attention(s);
   check_plucker(s);
+  check_selective_scan(s);
   check_memory(s);
 }
 
