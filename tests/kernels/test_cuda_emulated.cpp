@@ -1,6 +1,6 @@
 // The CUDA kernels' own source, compiled for the host and run on the fiber emulation of
-// kernels/cuda/host_emulation.h, through the same parity suite as the GPU
-// (test_cuda_parity.cpp). This is how the kernels' index arithmetic, tiling, shared
+// kernels/cuda/host_emulation.h, through the same backend harness as the GPU
+// (backend_harness.cpp). This is how the kernels' index arithmetic, tiling, shared
 // memory use and barrier placement are tested on machines without a GPU: every thread
 // of every block really runs, and barriers really separate them. The suite runs twice,
 // with the threads of a block scheduled first-to-last and last-to-first, so a read of
@@ -10,66 +10,28 @@
 // library's last bits, cuBLAS itself) is listed in kernels/cuda/README.md.
 #include <doctest/doctest.h>
 
-#include <cstring>
-#include <new>
-
-#include "engine/allocator.h"
+#include "backend_harness.h"
 
 #define WEDGE_CUDA_EMULATE 1
-#include "kernels/cuda/adam.cu"
-#include "kernels/cuda/attention.cu"
-#include "kernels/cuda/dropout.cu"
-#include "kernels/cuda/elementwise.cu"
-#include "kernels/cuda/embedding.cu"
-#include "kernels/cuda/gate_mix.cu"
-#include "kernels/cuda/gemm.cu"
-#include "kernels/cuda/layer_norm.cu"
-#include "kernels/cuda/memory.cu"
-#include "kernels/cuda/plucker.cu"
-#include "kernels/cuda/reduce.cu"
-#include "kernels/cuda/selective_scan.cu"
-#include "kernels/cuda/softmax.cu"
-#include "kernels/cuda/table.cu"
-
-void run_cuda_parity_suite(const wedge::kernels::KernelTable<float>& table, const wedge::kernels::MemoryTable& memory,
-                           wedge::Allocator& device, bool full_size);
-void run_cuda_gemm_suite(const wedge::kernels::KernelTable<float>& table, const wedge::kernels::MemoryTable& memory,
-                         wedge::Allocator& device, bool full_size);
+// Every kernels/cuda/*.cu file, listed by CMake when it configures (a new kernel file is
+// compiled here without touching this file).
+#include "cuda_emulated_sources.inc"
 
 namespace {
 
-// "Device" memory for the emulated kernels: host memory, counted so the test can check
-// that every buffer the suite allocates is returned.
-class HostMemory final : public wedge::Allocator {
- public:
-  void* allocate(std::size_t bytes) override {
-    in_use_ += bytes;
-    return ::operator new(bytes, std::align_val_t(64));
-  }
-  void deallocate(void* ptr, std::size_t bytes) override {
-    in_use_ -= bytes;
-    ::operator delete(ptr, std::align_val_t(64));
-  }
-  void copy_to_host(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void copy_from_host(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void copy_within(void* dst, const void* src, std::size_t bytes) override { std::memmove(dst, src, bytes); }
-  std::size_t bytes_in_use() const override { return in_use_; }
-  std::size_t bytes_cached() const override { return 0; }
-  void release_cached() override {}
-
- private:
-  std::size_t in_use_ = 0;
-};
+namespace harness = wedge::kernels::harness;
 
 void run_emulated_suite(bool reverse_order) {
   namespace emulated = wedge::kernels::cuda_emulated;
   const wedge::kernels::KernelTable<float> table = emulated::make_table_f32();
   const wedge::kernels::MemoryTable memory = emulated::make_memory_table();
-  HostMemory host;
+  harness::HostMemory host;
   wedge::emu::g_reverse_order = reverse_order;
-  run_cuda_parity_suite(table, memory, host, false);
+  const char* order = reverse_order ? "last-to-first" : "first-to-last";
+  harness::run_backend_harness(harness::Backend<float>{std::string("CUDA host emulation, threads ") + order,
+                                                       harness::Family::cuda, &table, &memory, &host,
+                                                       harness::Sizes::reduced});
   wedge::emu::g_reverse_order = false;
-  CHECK(host.bytes_in_use() == 0);
 }
 
 // Kernels that break the rules on purpose, to show the emulation catches them.
@@ -122,8 +84,10 @@ TEST_CASE("host emulation: the unfused GEMM epilogue matches the reference") {
   wedge::kernels::KernelTable<float> table = emulated::make_table_f32();
   table.gemm = emulated::gemm_unfused;
   const wedge::kernels::MemoryTable memory = emulated::make_memory_table();
-  HostMemory host;
-  run_cuda_gemm_suite(table, memory, host, false);
+  harness::HostMemory host;
+  harness::run_gemm_checks(
+      harness::Backend<float>{"CUDA host emulation, unfused epilogue", harness::Family::cuda, &table, &memory, &host,
+                              harness::Sizes::reduced});
   CHECK(host.bytes_in_use() == 0);
 }
 

@@ -1,0 +1,232 @@
+// What the CPU backend promises beyond matching the reference, which the backend harness
+// checks on every kernel (backend_harness.cpp): the same bits whatever the thread count,
+// its AVX-512 kernels installed where the CPU has them (the reference where it does not),
+// sums in the reference's order, in-place use, and the GEMM's own machinery: both
+// micro-kernels (AVX-512, and AVX2 as the fallback), cache blockings that put every block
+// edge inside small matrices, the thread counts that pick each path of the driver, and
+// the OpenBLAS backend.
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backend_harness.h"
+#include "engine/device.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/isa.h"
+
+namespace wedge::kernels::harness {
+namespace {
+
+// The case list's call of a kernel on its representative shape, on the CPU table with
+// `threads` threads: every output's bytes.
+std::vector<std::vector<std::uint8_t>> cpu_outputs(const KernelCase& c, int threads) {
+  std::vector<std::vector<std::uint8_t>> out;
+  with_threads(threads, [&] {
+    // the engine's CPU allocator: its cached blocks spare the runs after the first the
+    // page faults of fresh memory
+    Call call(cpu_table_f32(), cpu_memory_table(), allocator_for(Device::cpu()));
+    c.prepare(call);
+    call.run();
+    out = call.outputs();
+  });
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("cpu kernels give the same bits on 1, 2 and 3 threads") {
+  const std::size_t in_use = allocator_for(Device::cpu()).bytes_in_use();
+  for (const KernelCase& c : kernel_cases) {
+    INFO(kernel_name(c.kernel) << " on " << c.shape);
+    const auto one = cpu_outputs(c, 1);
+    CHECK_FALSE(one.empty());
+    CHECK(cpu_outputs(c, 2) == one);
+    CHECK(cpu_outputs(c, 3) == one);
+  }
+  CHECK(allocator_for(Device::cpu()).bytes_in_use() == in_use);
+}
+
+TEST_CASE("cpu table: the entries engine/kernels.def marks avx512 are the AVX-512 kernels where the CPU has them") {
+  const KernelTable<float>& t = cpu_table_f32();
+  const KernelTable<float>& r = ref_table_f32();
+  const bool avx512 = avx512_available();  // without: the reference, checked the same way
+  int optimized = 0;
+  // (bool: doctest cannot print function pointers)
+#define WEDGE_CPU_EXPECT_ref(name) CHECK_MESSAGE(bool(t.name == r.name), #name " is not the reference's");
+#define WEDGE_CPU_EXPECT_own(name) \
+  CHECK_MESSAGE(bool(t.name == &cpu::sgemm_selected), #name " is not the selected GEMM");
+#define WEDGE_CPU_EXPECT_avx512(name) \
+  ++optimized;                        \
+  CHECK_MESSAGE(bool(t.name == (avx512 ? &cpu::avx512::name : r.name)), #name " is not the kernel for this CPU");
+#define WEDGE_KERNEL(name, cpu, params) WEDGE_CPU_EXPECT_##cpu(name)
+#include "engine/kernels.def"
+#undef WEDGE_KERNEL
+#undef WEDGE_CPU_EXPECT_avx512
+#undef WEDGE_CPU_EXPECT_own
+#undef WEDGE_CPU_EXPECT_ref
+  CHECK(optimized > 10);
+}
+
+TEST_CASE("cpu axis sums equal the reference bit for bit (the same order of additions)") {
+  if (!avx512_available()) return;
+  struct Shape { i64 outer, n, inner; };
+  for (const Shape& s : {Shape{1, 4096, 256}, {3, 7, 9}, {1, 1, 33}, {2, 1000, 17}, {5, 3, 1}, {1, 77, 8}}) {
+    INFO(s.outer << "x" << s.n << "x" << s.inner);
+    const auto x = random_floats(std::size_t(s.outer * s.n * s.inner), 3, -2.0f, 2.0f);
+    std::vector<float> want(std::size_t(s.outer * s.inner)), got = nans(want.size());
+    ref_table_f32().reduce(ReduceOp::Sum, x.data(), want.data(), nullptr, s.outer, s.n, s.inner);
+    cpu_table_f32().reduce(ReduceOp::Sum, x.data(), got.data(), nullptr, s.outer, s.n, s.inner);
+    CHECK(bitwise_equal(got, want));
+  }
+}
+
+TEST_CASE("cpu softmax and cross-entropy backward may write over their input") {
+  if (!avx512_available()) return;
+  const KernelTable<float>& t = cpu_table_f32();
+  struct Shape { i64 rows, n; };
+  for (const Shape& s : {Shape{3, 7}, {65, 129}, {2, 30522}}) {
+    INFO(s.rows << "x" << s.n);
+    const std::size_t size = std::size_t(s.rows * s.n);
+    const auto x = random_floats(size, 5, -6.0f, 6.0f);
+    for (bool log : {false, true}) {
+      std::vector<float> y(size), inplace = x;
+      t.softmax_forward(x.data(), y.data(), s.rows, s.n, log);
+      t.softmax_forward(inplace.data(), inplace.data(), s.rows, s.n, log);
+      CHECK(bitwise_equal(inplace, y));
+    }
+    std::vector<std::int32_t> targets(std::size_t(s.rows));
+    for (i64 r = 0; r < s.rows; ++r) targets[std::size_t(r)] = std::int32_t((r * 7919) % s.n);
+    std::vector<float> lse(std::size_t(s.rows)), g(size), inplace = x;
+    float loss = 0, count = 0;
+    const float gloss = 0.75f;
+    t.cross_entropy_forward(x.data(), targets.data(), s.rows, s.n, -100, lse.data(), &loss, &count);
+    t.cross_entropy_backward(x.data(), targets.data(), lse.data(), &count, &gloss, s.rows, s.n, -100, g.data());
+    t.cross_entropy_backward(inplace.data(), targets.data(), lse.data(), &count, &gloss, s.rows, s.n, -100,
+                             inplace.data());
+    CHECK(bitwise_equal(inplace, g));
+  }
+}
+
+// ---- the GEMM's machinery -------------------------------------------------------------------
+
+namespace {
+
+// One way through the CPU GEMM: a micro-kernel with a cache blocking (null: wedge's GEMM as
+// the table calls it), on `threads` threads (0: the pool's).
+struct GemmPath {
+  const cpu::SgemmMicroKernel* mk;
+  cpu::GemmBlocking blocking;
+  int threads;
+};
+GemmPath g_path;
+
+void path_gemm(const GemmArgs<float>& g) {
+  if (g_path.mk == nullptr) {
+    sgemm_wedge(g, g_path.threads);
+  } else {
+    cpu::sgemm_packed(*g_path.mk, g_path.blocking, g, g_path.threads);
+  }
+}
+
+// The harness's GEMM checks (plain and with the epilogue) on `shapes`, through `path`.
+void check_gemm_path(const GemmPath& path, const std::vector<GemmShape>& shapes, const std::string& name) {
+  g_path = path;
+  KernelTable<float> table = cpu_table_f32();
+  table.gemm = path_gemm;
+  HostMemory host;
+  run_gemm_checks(Backend<float>{name, Family::cpu, &table, &cpu_memory_table(), &host, Sizes::large}, shapes);
+  CHECK(host.bytes_in_use() == 0);
+}
+
+std::vector<const cpu::SgemmMicroKernel*> micro_kernels() {
+  std::vector<const cpu::SgemmMicroKernel*> kernels;
+  if (avx512_available()) kernels.push_back(&cpu::sgemm_avx512_microkernel());
+  if (cpu::has_avx2()) {
+    kernels.push_back(&cpu::sgemm_avx2_microkernel());
+  } else {
+    MESSAGE("this CPU has no AVX2: the AVX2 micro-kernel's tests skipped");
+  }
+  return kernels;
+}
+
+}  // namespace
+
+TEST_CASE("cpu gemm: tiny cache blocks put every block edge inside the matrix, both micro-kernels") {
+  // mc, kc, nc far below the defaults: several A blocks, k slices (beta applied once) and
+  // B blocks per matrix, with edge panels in each.
+  for (const cpu::SgemmMicroKernel* mk : micro_kernels()) {
+    for (int threads : {1, 2}) {
+      check_gemm_path({mk, {mk->mr * 2, 20, mk->nr * 2}, threads}, {{101, 150, 77}, {3, 333, 41}, {333, 5, 41}},
+                      std::string("cpu gemm ") + mk->name + ", tiny blocks, " + std::to_string(threads) + " thread(s)");
+    }
+  }
+}
+
+TEST_CASE("cpu gemm: the AVX2 micro-kernel with its default blocking, the fallback without AVX-512") {
+  if (!cpu::has_avx2()) {
+    MESSAGE("this CPU has no AVX2: skipped");
+    return;
+  }
+  const cpu::SgemmMicroKernel& mk = cpu::sgemm_avx2_microkernel();
+  check_gemm_path({&mk, cpu::default_blocking(mk), 0}, {{61, 47, 390}, {30, 1029, 66}}, "cpu gemm avx2");
+}
+
+TEST_CASE("cpu gemm: one thread, and three threads splitting k") {
+  // The harness runs the pool's thread count; these are the driver's other paths: one
+  // thread, and a small C over a long k split three ways.
+  for (int threads : {1, 3}) {
+    check_gemm_path({nullptr, {}, threads}, {{30, 1029, 66}, {45, 70, 3500}},
+                    "cpu gemm, " + std::to_string(threads) + " thread(s)");
+  }
+}
+
+TEST_CASE("cpu gemm: bit-identical results across runs and thread counts") {
+  struct Case { GemmShape shape; Trans ta, tb; i64 batch; float alpha, beta; bool same_threads_only; };
+  // The last one splits k on two threads: the same bits run to run, though not across
+  // thread counts (the split depends on them).
+  for (const Case& c : {Case{{1000, 200, 500}, Trans::N, Trans::T, 1, 1.0f, 0.0f, false},
+                        Case{{64, 900, 800}, Trans::T, Trans::N, 1, 1.0f, 0.0f, false},
+                        Case{{300, 300, 64}, Trans::N, Trans::N, 6, 1.0f, 0.0f, false},
+                        Case{{40, 33, 5000}, Trans::T, Trans::N, 1, 1.5f, 0.25f, true}}) {
+    INFO(c.shape.m << "x" << c.shape.n << "x" << c.shape.k << " batch " << c.batch);
+    const GemmLayout l = gemm_layout(c.ta, c.tb, c.shape, c.batch, 0);
+    const auto a = random_floats(std::size_t(l.a_size * c.batch), 11);
+    const auto b = random_floats(std::size_t(l.b_size * c.batch), 12);
+    const auto c0 = random_floats(std::size_t(l.c_size * c.batch), 13);
+    auto run = [&](int threads) {
+      std::vector<float> out = c0;
+      GemmArgs<float> g = l.args;
+      g.alpha = c.alpha, g.beta = c.beta;
+      g.a = a.data(), g.b = b.data(), g.c = out.data();
+      sgemm_wedge(g, threads);
+      return out;
+    };
+    const auto two = run(2);
+    CHECK(bitwise_equal(run(2), two));
+    if (!c.same_threads_only) CHECK(bitwise_equal(run(1), two));
+  }
+}
+
+TEST_CASE("cpu gemm: the table entry follows the backend switch; OpenBLAS agrees with the reference") {
+  const GemmBackend saved = gemm_backend();
+  set_gemm_backend(GemmBackend::OpenBLAS);
+  CHECK(std::string(cpu_backend_name()).find("openblas") != std::string::npos);
+  {
+    HostMemory host;
+    // NaN-filled C (beta 0) must not leak through OpenBLAS either; it finishes with the
+    // same epilogue
+    run_gemm_checks(cpu_backend(host), {{45, 77, 130}, {20, 30, 40}, {9, 21, 0}});
+  }
+  set_gemm_backend(GemmBackend::Wedge);
+  CHECK(std::string(cpu_backend_name()).find("wedge") != std::string::npos);
+  set_gemm_backend(saved);
+
+  CHECK(parse_gemm_backend("OpenBLAS") == GemmBackend::OpenBLAS);
+  CHECK(parse_gemm_backend("wedge") == GemmBackend::Wedge);
+  CHECK_THROWS_AS(parse_gemm_backend("mkl"), std::invalid_argument);
+}
+
+}  // namespace wedge::kernels::harness
