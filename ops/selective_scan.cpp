@@ -18,24 +18,30 @@ void expect_shape(const Tensor& t, const Shape& want, const char* what) {
     fail(kOp, std::string(what) + " must be " + shape_str(want) + ", got " + shape_str(t.shape()));
 }
 
+// Points the eight fields named like the op's inputs (u, delta, A_log, B, C, Dskip,
+// delta_bias, h0 — in ScanArgs and ScanGrads alike) at pointer(i) for input i.
+template <typename Fields, typename F>
+void bind_inputs(Fields& f, F pointer) {
+  f.u = pointer(0);
+  f.delta = pointer(1);
+  f.A_log = pointer(2);
+  f.B = pointer(3);
+  f.C = pointer(4);
+  f.Dskip = pointer(5);
+  f.delta_bias = pointer(6);
+  f.h0 = pointer(7);
+}
+
 // The kernel arguments over contiguous copies of the inputs (kept alive by `keep`).
 template <typename T>
 kernels::ScanArgs<T> scan_args(const std::vector<Tensor>& keep, std::int64_t segment) {
-  auto ptr = [](const Tensor& t) -> const T* { return t.defined() ? t.data<T>() : nullptr; };
   kernels::ScanArgs<T> a;
   a.batch = keep[0].size(0);
   a.L = keep[0].size(1);
   a.D = keep[0].size(2);
   a.N = keep[2].size(1);
   a.P = segment;
-  a.u = ptr(keep[0]);
-  a.delta = ptr(keep[1]);
-  a.A_log = ptr(keep[2]);
-  a.B = ptr(keep[3]);
-  a.C = ptr(keep[4]);
-  a.Dskip = ptr(keep[5]);
-  a.delta_bias = ptr(keep[6]);
-  a.h0 = ptr(keep[7]);
+  bind_inputs(a, [&](int i) -> const T* { return keep[i].defined() ? keep[i].data<T>() : nullptr; });
   return a;
 }
 
@@ -75,16 +81,8 @@ Tensor selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A_log,
     for (const Tensor& t : keep) grads.push_back(t.defined() ? Tensor::empty(t.shape(), t.dtype(), t.device()) : Tensor());
     dispatch_float(kOp, gy, [&](auto tag) {
       using T = decltype(tag);
-      auto out = [](Tensor& t) -> T* { return t.defined() ? t.data<T>() : nullptr; };
       kernels::ScanGrads<T> g;
-      g.u = out(grads[0]);
-      g.delta = out(grads[1]);
-      g.A_log = out(grads[2]);
-      g.B = out(grads[3]);
-      g.C = out(grads[4]);
-      g.Dskip = out(grads[5]);
-      g.delta_bias = out(grads[6]);
-      g.h0 = out(grads[7]);
+      bind_inputs(g, [&](int i) -> T* { return grads[i].defined() ? grads[i].data<T>() : nullptr; });
       if (gy.numel() > 0) {
         need(kOp, table<T>(kOp, gy).selective_scan_backward, gy)(scan_args<T>(keep, segment), gy.data<T>(), nullptr, g);
       } else {

@@ -868,20 +868,27 @@ void check_selective_scan(Suite<T>& s) {
       auto B = random_floats(inputs, seed++), C = random_floats(inputs, seed++);
       auto h0 = random_floats(states, seed++), gy = random_floats(tokens, seed++), g_h_last = random_floats(states, seed++);
 
-      ScanArgs<float> ha;  // the arguments in host memory, for the reference
-      ha.batch = sh.batch;
-      ha.L = sh.L;
-      ha.D = sh.D;
-      ha.N = sh.N;
-      ha.P = sh.P;
-      ha.u = u.data();
-      ha.delta = delta.data();
-      ha.delta_bias = var.bias ? delta_bias.data() : nullptr;
-      ha.A_log = A_log.data();
-      ha.B = B.data();
-      ha.C = C.data();
-      ha.Dskip = var.skip ? Dskip.data() : nullptr;
-      ha.h0 = var.h0 ? h0.data() : nullptr;
+      // The arguments over input(i), the i-th of u, delta, delta_bias, A_log, B, C, Dskip, h0
+      // (in host memory for the reference, in the backend's for the kernel under test).
+      const std::vector<float>* host_inputs[8] = {&u, &delta, &delta_bias, &A_log, &B, &C, &Dskip, &h0};
+      auto args_over = [&](auto input) {
+        ScanArgs<std::remove_const_t<std::remove_pointer_t<decltype(input(0))>>> a;
+        a.batch = sh.batch;
+        a.L = sh.L;
+        a.D = sh.D;
+        a.N = sh.N;
+        a.P = sh.P;
+        a.u = input(0);
+        a.delta = input(1);
+        a.delta_bias = var.bias ? input(2) : nullptr;
+        a.A_log = input(3);
+        a.B = input(4);
+        a.C = input(5);
+        a.Dskip = var.skip ? input(6) : nullptr;
+        a.h0 = var.h0 ? input(7) : nullptr;
+        return a;
+      };
+      const ScanArgs<float> ha = args_over([&](int i) -> const float* { return host_inputs[i]->data(); });
       // Gradient sizes in ScanGrads order (u, delta, delta_bias, A_log, B, C, Dskip, h0);
       // 0 where the variant does not ask for it.
       const std::size_t full_sizes[8] = {tokens, tokens, D, params, inputs, inputs, D, states};
@@ -907,22 +914,10 @@ void check_selective_scan(Suite<T>& s) {
                                var.name;
       auto got = run_twice(
           [&] {
-            auto du = s.put(u), ddelta = s.put(delta), dbias = s.put(delta_bias), dA = s.put(A_log), dB = s.put(B),
-                 dC = s.put(C), dskip = s.put(Dskip), dh0 = s.put(h0), dgy = s.put(gy), dghl = s.put(g_h_last);
-            ScanArgs<T> da;  // the same arguments in the backend's memory
-            da.batch = sh.batch;
-            da.L = sh.L;
-            da.D = sh.D;
-            da.N = sh.N;
-            da.P = sh.P;
-            da.u = du.get();
-            da.delta = ddelta.get();
-            da.delta_bias = var.bias ? dbias.get() : nullptr;
-            da.A_log = dA.get();
-            da.B = dB.get();
-            da.C = dC.get();
-            da.Dskip = var.skip ? dskip.get() : nullptr;
-            da.h0 = var.h0 ? dh0.get() : nullptr;
+            std::deque<DeviceBuffer<T, float>> din;  // buffers neither copy nor move
+            for (const std::vector<float>* v : host_inputs) din.emplace_back(s.alloc, *v);
+            auto dgy = s.put(gy), dghl = s.put(g_h_last);
+            const ScanArgs<T> da = args_over([&](int i) -> const T* { return din[std::size_t(i)].get(); });
             auto dy = s.put(nans(tokens)), dh_last = s.put(nans(var.h_last ? states : 0));
             s.dev.selective_scan_forward(da, dy.get(), var.h_last ? dh_last.get() : nullptr);
             std::deque<DeviceBuffer<T, float>> dg;  // buffers neither copy nor move

@@ -28,14 +28,14 @@ ScanInputs make_inputs(std::int64_t batch, std::int64_t L, std::int64_t D, std::
 
 // The recurrence one token at a time, from primitives (autograd supplies the gradients):
 //   h (batch, D, N) restarts from h0[:, s] at every segment start s P.
-Tensor scan_from_primitives(const ScanInputs& in) {
-  const auto& x = in.x;
+Tensor scan_from_primitives(const std::vector<Tensor>& x, std::int64_t P) {
+  const std::int64_t L = x[0].size(1);
   const Tensor A = ops::neg(ops::exp(x[2]));                                            // (D, N)
   const Tensor dt = ops::softplus(ops::add(x[1], x[6]));                               // (batch, L, D)
   std::vector<Tensor> ys;
   Tensor h;
-  for (std::int64_t t = 0; t < in.L; ++t) {
-    if (t % in.P == 0) h = ops::squeeze(ops::narrow(x[7], 1, t / in.P, 1), 1);         // (batch, D, N)
+  for (std::int64_t t = 0; t < L; ++t) {
+    if (t % P == 0) h = ops::squeeze(ops::narrow(x[7], 1, t / P, 1), 1);               // (batch, D, N)
     const Tensor dt_t = ops::unsqueeze(ops::squeeze(ops::narrow(dt, 1, t, 1), 1), 2);    // (batch, D, 1)
     const Tensor u_t = ops::unsqueeze(ops::squeeze(ops::narrow(x[0], 1, t, 1), 1), 2);  // (batch, D, 1)
     const Tensor B_t = ops::narrow(x[3], 1, t, 1);                                       // (batch, 1, N)
@@ -47,27 +47,36 @@ Tensor scan_from_primitives(const ScanInputs& in) {
   return ops::stack(ys, 1);
 }
 
+// y and the gradient of sum(w y) with respect to every input (in the order of ScanInputs),
+// all in float64, computed in `dtype` by the op (fused) or by the primitives.
+std::vector<std::vector<double>> values_and_gradients(const ScanInputs& in, DType dtype, bool fused) {
+  std::vector<Tensor> x;
+  for (const Tensor& t : in.x) {
+    Tensor c = t.detach().to(dtype);
+    c.set_requires_grad(true);
+    x.push_back(c);
+  }
+  const Tensor y = fused ? ops::selective_scan(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], in.P)
+                         : scan_from_primitives(x, in.P);
+  const Tensor w = Tensor::randn({in.batch, in.L, in.D}, 99, 0, 1, DType::F64).to(dtype);
+  ops::sum(ops::mul(y, w)).backward();
+  std::vector<std::vector<double>> out = {y.detach().to(DType::F64).to_vector<double>()};
+  for (const Tensor& t : x) out.push_back(t.grad().to(DType::F64).to_vector<double>());
+  return out;
+}
+
+struct ScanShape {
+  std::int64_t batch, L, D, N, P;
+};
+
 TEST_CASE("selective_scan equals the recurrence built from primitive ops, values and gradients") {
-  struct Shape5 {
-    std::int64_t batch, L, D, N, P;
-  };
-  for (const Shape5 s : {Shape5{2, 7, 3, 2, 3}, Shape5{1, 5, 2, 1, 1}, Shape5{2, 4, 1, 3, 6}, Shape5{1, 9, 4, 5, 4}}) {
+  for (const ScanShape s : {ScanShape{2, 7, 3, 2, 3}, ScanShape{1, 5, 2, 1, 1}, ScanShape{2, 4, 1, 3, 6},
+                            ScanShape{1, 9, 4, 5, 4}}) {
     CAPTURE(s.L);
     CAPTURE(s.P);
     CAPTURE(s.N);
     const ScanInputs in = make_inputs(s.batch, s.L, s.D, s.N, s.P);
-    const Tensor w = Tensor::randn({s.batch, s.L, s.D}, 99, 0, 1, DType::F64);
-    auto grads = [&](bool fused) {
-      for (Tensor t : in.x) t.zero_grad();
-      const Tensor y = fused ? ops::selective_scan(in.x[0], in.x[1], in.x[2], in.x[3], in.x[4], in.x[5], in.x[6],
-                                                   in.x[7], s.P)
-                             : scan_from_primitives(in);
-      ops::sum(ops::mul(y, w)).backward();
-      std::vector<std::vector<double>> out = {y.detach().to_vector<double>()};
-      for (const Tensor& t : in.x) out.push_back(t.grad().to_vector<double>());
-      return out;
-    };
-    const auto fused = grads(true), composed = grads(false);
+    const auto fused = values_and_gradients(in, DType::F64, true), composed = values_and_gradients(in, DType::F64, false);
     REQUIRE(fused.size() == composed.size());
     for (std::size_t i = 0; i < fused.size(); ++i) {
       CAPTURE(i);  // 0: y, then the gradients of u, delta, A_log, B, C, Dskip, delta_bias, h0
@@ -81,30 +90,14 @@ TEST_CASE("selective_scan equals the recurrence built from primitive ops, values
 TEST_CASE("selective_scan in float32 on the CPU table matches float64, values and gradients") {
   // The float32 CPU table runs the AVX-512 kernel when the CPU has it: channel blocks of 16
   // with a tail (D 33), a state size that is no power of two, segments that do not divide L.
-  struct Shape5 {
-    std::int64_t batch, L, D, N, P;
-  };
-  for (const Shape5 s : {Shape5{2, 37, 33, 5, 4}, Shape5{1, 16, 16, 16, 16}, Shape5{3, 9, 7, 1, 1}, Shape5{1, 5, 20, 3, 8}}) {
+  for (const ScanShape s : {ScanShape{2, 37, 33, 5, 4}, ScanShape{1, 16, 16, 16, 16}, ScanShape{3, 9, 7, 1, 1},
+                            ScanShape{1, 5, 20, 3, 8}}) {
     CAPTURE(s.D);
     CAPTURE(s.P);
     const ScanInputs in = make_inputs(s.batch, s.L, s.D, s.N, s.P);
-    const Tensor w = Tensor::randn({s.batch, s.L, s.D}, 98, 0, 1, DType::F64);
-    auto run = [&](DType dtype) {
-      std::vector<Tensor> x;
-      for (const Tensor& t : in.x) {
-        Tensor c = t.detach().to(dtype);
-        c.set_requires_grad(true);
-        x.push_back(c);
-      }
-      const Tensor y = ops::selective_scan(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], s.P);
-      ops::sum(ops::mul(y, w.to(dtype))).backward();
-      std::vector<std::vector<double>> out = {y.detach().to(DType::F64).to_vector<double>()};
-      for (const Tensor& t : x) out.push_back(t.grad().to(DType::F64).to_vector<double>());
-      return out;
-    };
-    const auto f32 = run(DType::F32), f64 = run(DType::F64);
+    const auto f32 = values_and_gradients(in, DType::F32, true), f64 = values_and_gradients(in, DType::F64, true);
     for (std::size_t i = 0; i < f32.size(); ++i) {
-      CAPTURE(i);  // 0: y, then the gradients of u, delta, A_log, B, C, Dskip, delta_bias, h0
+      CAPTURE(i);
       double scale = 1e-3;
       for (double v : f64[i]) scale = std::max(scale, std::fabs(v));
       // float32 sums of up to P N terms per token and B L terms per parameter gradient:
