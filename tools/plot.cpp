@@ -17,6 +17,8 @@ namespace {
 struct Series {
   std::string label;
   std::vector<std::pair<double, double>> loss, ppl;  // (step, value)
+  // SheafStateLM's measurements at each evaluation (empty for the other models)
+  std::vector<std::pair<double, double>> energy, energy_normalised, balance;
 };
 
 Series read_run(const std::string& dir) {
@@ -46,11 +48,18 @@ Series read_run(const std::string& dir) {
       throw std::runtime_error(fmt::format("plot: {}:{} is not valid JSON", path, lineno));
     }
     const double step = j.value("step", 0.0);
-    if (j.contains("eval")) s.ppl.emplace_back(step, j.value("ppl", 0.0));
-    else if (j.contains("loss")) s.loss.emplace_back(step, j.value("loss", 0.0));
+    if (j.contains("eval")) {
+      s.ppl.emplace_back(step, j.value("ppl", 0.0));
+      if (j.contains("gluing_energy")) s.energy.emplace_back(step, j.value("gluing_energy", 0.0));
+      if (j.contains("gluing_energy_normalised"))
+        s.energy_normalised.emplace_back(step, j.value("gluing_energy_normalised", 0.0));
+      if (j.contains("balance_loss")) s.balance.emplace_back(step, j.value("balance_loss", 0.0));
+    } else if (j.contains("loss")) {
+      s.loss.emplace_back(step, j.value("loss", 0.0));
+    }
   }
   // A resumed run may repeat steps; keep the last value of each step, in step order.
-  for (auto* v : {&s.loss, &s.ppl}) {
+  for (auto* v : {&s.loss, &s.ppl, &s.energy, &s.energy_normalised, &s.balance}) {
     std::stable_sort(v->begin(), v->end(), [](auto& a, auto& b) { return a.first < b.first; });
     std::vector<std::pair<double, double>> uniq;
     for (auto& p : *v) {
@@ -140,7 +149,9 @@ void write_curves_svg(const std::vector<std::string>& runs, const std::string& o
   if (runs.empty()) throw std::runtime_error("plot: give at least one run directory");
   std::vector<Series> series;
   for (const auto& r : runs) series.push_back(read_run(r));
-  const double W = 1000, H = 420;
+  bool gluing = false;  // a second row of panels when some run measured its gluing
+  for (const auto& s : series) gluing = gluing || !s.energy.empty();
+  const double W = 1000, H = gluing ? 800 : 420;
   std::string svg = fmt::format(R"(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-family="sans-serif">)"
                                 "\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
                                 W, H + 30.0 * static_cast<double>((series.size() + 1) / 2));
@@ -151,8 +162,17 @@ void write_curves_svg(const std::vector<std::string>& runs, const std::string& o
   }
   panel(svg, 70, 40, 380, 300, "training loss (smoothed)", loss, false);
   panel(svg, 580, 40, 380, 300, "validation perplexity (log scale)", ppl, true);
+  if (gluing) {
+    std::vector<std::vector<std::pair<double, double>>> energy, normalised;
+    for (auto& s : series) {
+      energy.push_back(s.energy);
+      normalised.push_back(s.energy_normalised);
+    }
+    panel(svg, 70, 420, 380, 300, "gluing energy (raw, validation)", energy, false);
+    panel(svg, 580, 420, 380, 300, "gluing energy (normalised, validation)", normalised, false);
+  }
   for (std::size_t k = 0; k < series.size(); ++k) {
-    const double lx = 70 + 480.0 * static_cast<double>(k % 2), ly = 400 + 24.0 * static_cast<double>(k / 2);
+    const double lx = 70 + 480.0 * static_cast<double>(k % 2), ly = H - 20 + 24.0 * static_cast<double>(k / 2);
     svg += fmt::format(R"(<rect x="{}" y="{}" width="18" height="4" fill="{}"/><text x="{}" y="{}" font-size="13">{}</text>)"
                        "\n",
                        lx, ly - 5, kColors[k % 8], lx + 24, ly, series[k].label);

@@ -42,7 +42,7 @@ TrainSettings settings(const std::string& out, std::int64_t max_steps) {
 }  // namespace
 
 TEST_CASE("training on the synthetic corpus lowers the loss and writes a complete run directory") {
-  for (const char* kind : {"transformer", "grassmann"}) {
+  for (const char* kind : {"transformer", "grassmann", "sheaf"}) {
     INFO(std::string(kind));
     const std::string out = temp_dir(std::string("fall_") + kind);
     TrainResult r = train(tiny(kind), settings(out, 150));
@@ -61,7 +61,7 @@ TEST_CASE("training on the synthetic corpus lowers the loss and writes a complet
 }
 
 TEST_CASE("an interrupted and resumed run reproduces the uninterrupted run step for step") {
-  for (const char* kind : {"transformer", "grassmann"}) {
+  for (const char* kind : {"transformer", "grassmann", "sheaf"}) {
     INFO(std::string(kind));
     const std::string a = temp_dir(std::string("whole_") + kind), b = temp_dir(std::string("split_") + kind);
     train(tiny(kind), settings(a, 10));
@@ -125,6 +125,32 @@ TEST_CASE("plot draws one SVG of several runs") {
   CHECK(text.find("<svg") == 0);
   CHECK(text.find("validation perplexity") != std::string::npos);
   CHECK(text.find("(grassmann)") != std::string::npos);
+  CHECK(text.find("gluing energy") == std::string::npos);  // no SheafState run: no gluing panels
+  // A SheafState run's metrics carry its gluing energy, which gets its own panels.
+  const std::string c = temp_dir("plot_c");
+  s.out = c;
+  train(tiny("sheaf"), s);
+  std::ifstream metrics(c + "/metrics.jsonl");
+  bool measured = false;
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("eval")) continue;
+    measured = true;
+    CHECK(j.at("gluing_energy").get<double>() >= 0.0);
+    CHECK(j.at("gluing_energy_normalised").get<double>() >= 0.0);
+    CHECK(j.at("gluing_energy_normalised").get<double>() <= 1.0);  // E_p <= sum a ||r||^2 (variance <= second moment)
+    CHECK(j.at("balance_loss").get<double>() > 0.0);
+    const auto loads = j.at("expert_load").get<std::vector<double>>();
+    REQUIRE(loads.size() == 2);
+    CHECK(loads[0] + loads[1] == doctest::Approx(1.0));
+  }
+  CHECK(measured);
+  write_curves_svg({a, b, c}, svg);
+  std::ifstream again(svg);
+  const std::string with_sheaf((std::istreambuf_iterator<char>(again)), {});
+  CHECK(with_sheaf.find("gluing energy (normalised, validation)") != std::string::npos);
+  CHECK(with_sheaf.find("(sheaf)") != std::string::npos);
+  fs::remove_all(c);
   CHECK_THROWS_WITH_AS(write_curves_svg({a + "_missing"}, svg), doctest::Contains("metrics.jsonl is missing"), std::runtime_error);
   fs::remove_all(a);
   fs::remove_all(b);

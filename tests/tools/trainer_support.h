@@ -32,7 +32,7 @@ inline std::vector<double> step_losses(const std::string& run) {
   return out;
 }
 
-// A small model of either kind with dropout on (so resumes must restore the RNG too).
+// A small model of any kind with dropout on (so resumes must restore the RNG too).
 inline models::LMConfig small_config(const std::string& kind, std::int64_t d_model, std::int64_t block) {
   models::LMConfig c;
   c.model = kind;
@@ -43,6 +43,12 @@ inline models::LMConfig small_config(const std::string& kind, std::int64_t d_mod
   c.block = block;
   c.rank = 6;
   c.windows = {1, 2, 4};
+  c.patch = 4;  // SheafState: 4 patches of 4 tokens in a block of 16
+  c.cover_depth = 2;
+  c.types = 2;
+  c.state_size = 4;
+  c.section_dim = 8;
+  c.expert_d_ff = d_model;
   c.dropout = 0.1;
   c.seed = 3;
   return c;
