@@ -16,9 +16,13 @@ ctest --test-dir build-gpu --output-on-failure > "$OUT/ctest.log" 2>&1
 build-gpu/test_kernels -tc="*CUDA*,*cuda*" -s > "$OUT/cuda_parity.log" 2>&1
 build-gpu/test_tools -tc="CUDA*" -s > "$OUT/cuda_training.log" 2>&1
 build-gpu/bench/cuda_gemm_ladder > "$OUT/cuda_gemm_ladder.log" 2>&1
-for m in transformer grassmann; do
+for m in transformer grassmann sheaf; do
   build-gpu/wedge audit-causal --model $m --device cuda > "$OUT/audit_$m.log" 2>&1
 done
+build-gpu/wedge audit-causal --model sheaf --leaky --device cuda > "$OUT/audit_sheaf_leaky.log" 2>&1 \
+  && echo "the leaky SheafState variant was NOT caught on the GPU" >> "$OUT/audit_sheaf_leaky.log"
+build-gpu/wedge bench-step --model sheaf --device cuda --batch 32 --steps 10 --json > "$OUT/bench_sheaf_cuda.log" 2>&1
+build-gpu/bench/bench_backends > "$OUT/bench_backends.log" 2>&1
 python3 bench/compare_pytorch.py --wedge build-gpu/wedge --device cuda --paper --steps 20 > "$OUT/compare_pytorch_cuda.log" 2>&1
 tail -3 "$OUT/ctest.log"
 echo "logs in $OUT"
