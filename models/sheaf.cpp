@@ -77,6 +77,13 @@ SheafMixer::SheafMixer(const LMConfig& c, Generator& init)
   restriction_.copy_(Tensor::from_vector(r, restriction_.shape()));
 }
 
+// The patch summary is layer-normalised (no affine): h0 is a product of two maps of c_p,
+// so without it the chain s_p -> c_{p+1} -> h0_{p+1} -> s_{p+1} is a quadratic recurrence
+// over the patches, and its values square at every patch once the weights have grown.
+Tensor SheafMixer::summarise(const Tensor& y_last) const {
+  return ops::layer_norm(summary_.forward(y_last), Tensor(), Tensor());
+}
+
 Tensor SheafMixer::forward(const Tensor& h, GluingReport& report) const {
   const std::int64_t B = h.size(0), L = h.size(1), E = inner_, N = state_, P = patch_, ds = section_;
   const std::int64_t patches = ceil_div(L, P);
@@ -125,7 +132,7 @@ Tensor SheafMixer::forward(const Tensor& h, GluingReport& report) const {
     if (leaky_) {
       // TEST ONLY: the patch's own summary (from its zero-state scan, so from every token of
       // the patch, later ones included) joins its cover. The causality audit must fail.
-      const Tensor own = summary_.forward(ops::squeeze(ops::narrow(y0_last, 1, p, 1), 1));
+      const Tensor own = summarise(ops::squeeze(ops::narrow(y0_last, 1, p, 1), 1));
       cover.push_back(ops::squeeze(ops::narrow(restrict_all(own), 1, 0, 1), 1));
     }
     Tensor c;
@@ -147,7 +154,7 @@ Tensor SheafMixer::forward(const Tensor& h, GluingReport& report) const {
     const Tensor reach_p = ops::squeeze(ops::narrow(reach, 1, p, 1), 1);                  // (B, E, N)
     const Tensor y_last = ops::squeeze(ops::narrow(y0_last, 1, p, 1), 1) +
                           hx * ops::sum(reach_p * ops::unsqueeze(hb, 1), {2});
-    const Tensor s = summary_.forward(y_last);
+    const Tensor s = summarise(y_last);
     summaries[static_cast<std::size_t>(p)] = s;
     restricted[static_cast<std::size_t>(p)] = restrict_all(s);
     sections.push_back(c);

@@ -5,7 +5,8 @@
 //   [x ; z] = W_in h,   u = silu(x)                                  inner width E = 2d
 //   delta = W_up W_down u,  B_t = W_B u,  C_t = W_C u                Mamba's S6 inputs
 //   Φ  local dynamics: the selective scan over each patch, starting from h0_p (below)
-//   s_p = W_s y_{τ_p} + b_s               the patch summary (τ_p = the patch's last token)
+//   s_p = LN(W_s y_{τ_p} + b_s)           the patch summary (τ_p = the patch's last token;
+//                                         LN without affine keeps the chain bounded)
 //   π_q = softmax(W_τ s_q)                soft patch type over K types
 //   G  gluing over the cover N(p) = {p-1, p-2, p-4, ..., p-2^(D-1)} (only q >= 0):
 //        r_pq = R(π_q, δ_pq) s_q = Σ_k π_q[k] R[δ_pq, k] s_q      typed restriction maps
@@ -45,7 +46,7 @@ class SheafMixer : public Module {
   Tensor forward(const Tensor& h, GluingReport& report) const;
 
  private:
-  struct Scan;  // the S6 inputs of one forward
+  Tensor summarise(const Tensor& y_last) const;  // s_p = LN(W_s y_{τ_p} + b_s)
   std::int64_t d_model_, inner_, state_, patch_, depth_, types_, section_;
   bool leaky_;
   nn::Linear& in_;        // W_in (2E, d), no bias

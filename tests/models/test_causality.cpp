@@ -2,7 +2,12 @@
 // SheafState variants that it must catch.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <string>
+#include <vector>
+
+#include "engine/autograd.h"
+#include "ops/ops.h"
 
 #include "models/audit.h"
 #include "models/lm.h"
@@ -240,4 +245,21 @@ TEST_CASE("the audit rejects lengths and positions it cannot probe") {
   CHECK_THROWS_AS(models::audit_causal(*model, 1, 1), std::invalid_argument);
   CHECK_THROWS_AS(models::audit_causal(*model, 10, 1, {9}), std::invalid_argument);
   CHECK(models::audit_causal(*model, 10, 1, {8}).passed);
+}
+
+TEST_CASE("SheafStateLM's chain over patches stays finite when its weights are large") {
+  // h0 is a product of two maps of the glued section; unless the summaries are normalised,
+  // patch after patch squares the values and a long sequence overflows.
+  LMConfig c = small_sheaf();
+  c.patch = 1;  // 23 patches chained in one sequence
+  auto model = models::make_model(c);
+  {
+    NoGradGuard no_grad;
+    for (auto& [name, p] : model->named_parameters()) p.copy_(p * 8.0);
+  }
+  model->eval();
+  std::vector<std::int32_t> ids;
+  for (int t = 0; t < 23; ++t) ids.push_back((t * 7) % 23);
+  const auto logits = model->forward(Tensor::from_vector(ids, {1, 23})).to_vector<float>();
+  for (float v : logits) REQUIRE(std::isfinite(v));
 }
