@@ -88,6 +88,26 @@ TEST_CASE("wedge audit-causal: passes the real models, fails the leaky one") {
   CHECK(leak.status == 1);
   CHECK(leak.out.find("NOT causal") != std::string::npos);
   CHECK(leak.out.find("t=0") != std::string::npos);
+  const std::string sheaf = "--model sheaf " + small + " --patch 3 --section-dim 6 --state-size 4 --expert-d-ff 8";
+  const Run s = wedge_cli("audit-causal " + sheaf);
+  CHECK_MESSAGE(s.status == 0, s.out);
+  const Run sleak = wedge_cli("audit-causal --leaky " + sheaf);
+  CHECK(sleak.status == 1);
+  CHECK(sleak.out.find("NOT causal") != std::string::npos);
+}
+
+TEST_CASE("wedge params --model sheaf --json: the total and its parts") {
+  if (!have_cli()) return;
+  CHECK(params_total("--model sheaf") == 13'260'464);
+  const Run r = wedge_cli("params --model sheaf --json");
+  REQUIRE(r.status == 0);
+  const auto last_line = r.out.rfind('\n', r.out.size() - 2);  // the JSON object is the last line
+  const auto j = nlohmann::json::parse(r.out.substr(last_line == std::string::npos ? 0 : last_line + 1));
+  std::int64_t sum = 0;
+  for (const auto& [part, count] : j.at("parts").items()) sum += count.get<std::int64_t>();
+  CHECK(sum == j.at("total").get<std::int64_t>());
+  CHECK(j.at("parts").contains("mixer.in"));
+  CHECK(j.at("config").at("patch") == 16);
 }
 
 TEST_CASE("wedge ops lists every op with the CPU, and CUDA whenever it is built in") {

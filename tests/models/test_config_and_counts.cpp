@@ -1,6 +1,8 @@
 // LMConfig checks, its JSON form, and the parameter counts PAPERS.md pins down.
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include <stdexcept>
 #include <string>
 
@@ -197,4 +199,40 @@ TEST_CASE("parameter counts of small configurations follow the same formula") {
         CAPTURE(nlohmann::json(c).dump());
         CHECK(models::make_model(c)->num_parameters() == expected_count(c));
       }
+}
+
+// SheafStateLM's count written out part by part (models/sheaf.h), E = 2d.
+std::int64_t sheaf_count(const LMConfig& c) {
+  const std::int64_t d = c.d_model, E = 2 * d, R = (d + 15) / 16, N = c.state_size, ds = c.section_dim,
+                     K = c.types, f = c.expert_d_ff;
+  const std::int64_t mixer = d * 2 * E                    // W_in
+                             + E * R + R * E              // step-size projections
+                             + 2 * E * N                  // W_B, W_C
+                             + E * N + 2 * E              // A_log, D, dt_bias
+                             + E * ds + ds                // summary
+                             + ds * K + K                 // soft type
+                             + c.cover_depth * K * ds * ds  // restriction bank
+                             + ds * ds                    // query
+                             + ds * E + ds * N            // state maps
+                             + E * d;                     // W_out
+  const std::int64_t block = mixer + 4 * d + ds * K + K + K * (d * f + f + f * d + d);
+  return c.vocab_size * d + c.block * d + c.layers * block;
+}
+
+TEST_CASE("SheafStateLM's parameter count: part by part, and within 10 % of TransformerLM's") {
+  LMConfig c;
+  c.model = "sheaf";
+  CHECK(models::make_model(c)->num_parameters() == sheaf_count(c));
+  CHECK(sheaf_count(c) == 13'260'464);
+  CHECK(std::abs(double(sheaf_count(c)) / 12'584'960.0 - 1.0) < 0.10);
+  c.vocab_size = 41;
+  c.layers = 2;
+  c.d_model = 20;
+  c.block = 11;
+  c.state_size = 3;
+  c.section_dim = 5;
+  c.types = 3;
+  c.cover_depth = 2;
+  c.expert_d_ff = 7;
+  CHECK(models::make_model(c)->num_parameters() == sheaf_count(c));
 }
