@@ -191,8 +191,11 @@ SheafBlock::SheafBlock(const LMConfig& c, Generator& init, Generator& dropout)
 
 Tensor SheafBlock::forward(const Tensor& h_in, SheafStats& stats) const {
   const std::int64_t B = h_in.size(0), L = h_in.size(1), d = h_in.size(2), K = static_cast<std::int64_t>(experts_.size());
+  // Pre-LN residual blocks, as in Mamba: the residual stream itself is never normalised,
+  // so the scan's small initial outputs add to it instead of being scaled away.
   GluingReport report;
-  const Tensor h = norm1_.forward(h_in + mixer_dropout_.forward(mixer_.forward(h_in, report)));
+  const Tensor h = h_in + mixer_dropout_.forward(mixer_.forward(norm1_.forward(h_in), report));
+  const Tensor x = norm2_.forward(h);
   const std::int64_t patches = report.sections.size(1);
 
   // Route each patch by its glued section (never by its own tokens): top-1 expert e_p,
@@ -223,7 +226,7 @@ Tensor SheafBlock::forward(const Tensor& h_in, SheafStats& stats) const {
   for (std::int64_t k = 0; k < K; ++k) {
     const auto& r = rows[static_cast<std::size_t>(k)];
     if (r.empty()) continue;
-    outputs.push_back(experts_[static_cast<std::size_t>(k)]->forward(gather_rows(h, d, r)));
+    outputs.push_back(experts_[static_cast<std::size_t>(k)]->forward(gather_rows(x, d, r)));
     for (std::int32_t row : r) {
       inverse[static_cast<std::size_t>(row)] = static_cast<std::int32_t>(order.size());
       order.push_back(row);
@@ -249,7 +252,7 @@ Tensor SheafBlock::forward(const Tensor& h_in, SheafStats& stats) const {
   if (stats.loads.empty()) stats.loads.assign(static_cast<std::size_t>(K), 0.0);
   for (std::int64_t k = 0; k < K; ++k) stats.loads[static_cast<std::size_t>(k)] += load[static_cast<std::size_t>(k)];
   ++stats.layers;
-  return norm2_.forward(h + expert_dropout_.forward(expert_out));
+  return h + expert_dropout_.forward(expert_out);
 }
 
 // ---- the model ---------------------------------------------------------------------------
@@ -258,13 +261,14 @@ SheafStateLM::SheafStateLM(const LMConfig& config) : TiedEmbeddingLM(config) {
   for (std::int64_t i = 0; i < config_.layers; ++i)
     blocks_.push_back(&register_module("blocks." + std::to_string(i),
                                        std::make_shared<SheafBlock>(config_, init_gen_, dropout_gen_)));
+  final_norm_ = &register_module("final_norm", std::make_shared<nn::LayerNorm>(config_.d_model));
 }
 
 Tensor SheafStateLM::run_blocks(const Tensor& h_in) {
   last_ = SheafStats();
   Tensor h = h_in;
   for (SheafBlock* block : blocks_) h = block->forward(h, last_);
-  return h;
+  return final_norm_->forward(h);  // R: the final LayerNorm before the tied head
 }
 
 Tensor SheafStateLM::auxiliary_loss() const {

@@ -14,10 +14,10 @@
 //        c_p  = Σ_q a_pq r_pq                                      the glued section
 //        E_p  = Σ_q a_pq ||c_p - r_pq||^2,  Ê_p = E_p / Σ_q a_pq ||r_pq||^2
 //   h0_p = (W_hx c_p) ⊗ (W_hb c_p)       the patch's initial state, (E, N), rank one
-//   h = LN(h + Dropout(W_out (y ⊙ silu(z))))
+//   h = h + Dropout(W_out (y ⊙ silu(z)))   with the mixer reading LN(h) (pre-LN, as Mamba)
 //   E  experts: patch p's tokens go to expert e_p = argmax softmax(W_r c_p + b_r), scaled
-//      by that probability: h = LN(h + Dropout(g_p FFN_{e_p}(h)))
-//   R  readout: the tied head on the last block's (layer-normalised) output.
+//      by that probability: h = h + Dropout(g_p FFN_{e_p}(LN(h)))
+//   R  readout: the tied head on LN(h) of the last block (the final LayerNorm).
 //
 // Only the summaries of EARLIER patches reach c_p, so nothing crosses a patch boundary
 // except through the gluing; leaky (tests only) adds patch p's own summary to its cover.
@@ -69,8 +69,8 @@ class SheafMixer : public Module {
 class SheafBlock : public Module {
  public:
   SheafBlock(const LMConfig& config, Generator& init, Generator& dropout);
-  // h (B, L, d) -> (B, L, d). Adds this layer's energies, balance loss and expert loads
-  // to `stats`.
+  // h (B, L, d) -> (B, L, d), pre-LN. Adds this layer's energies, balance loss and expert
+  // loads to `stats`.
   Tensor forward(const Tensor& h, struct SheafStats& stats) const;
 
  private:
@@ -104,6 +104,7 @@ class SheafStateLM : public TiedEmbeddingLM {
 
  private:
   std::vector<SheafBlock*> blocks_;
+  nn::LayerNorm* final_norm_ = nullptr;
   SheafStats last_;  // of the latest forward
 };
 

@@ -98,7 +98,7 @@ TEST_CASE("wedge audit-causal: passes the real models, fails the leaky one") {
 
 TEST_CASE("wedge params --model sheaf --json: the total and its parts") {
   if (!have_cli()) return;
-  CHECK(params_total("--model sheaf") == 13'260'464);
+  CHECK(params_total("--model sheaf") == 13'260'976);
   const Run r = wedge_cli("params --model sheaf --json");
   REQUIRE(r.status == 0);
   const auto last_line = r.out.rfind('\n', r.out.size() - 2);  // the JSON object is the last line
