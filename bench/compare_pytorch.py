@@ -4,7 +4,7 @@
 A benchmark only: the engine never uses Python. It builds the same models as wedge
 (TransformerLM and GrassmannLM, same sizes, tied head, post-LN, exact GELU; GrassmannLM
 with the same exact shortcuts wedge takes: offsets averaged before one projection, W_o
-folded into W_plü) in PyTorch, times forward + cross-entropy + backward + AdamW on random tokens, runs
+folded into W_plü; SheafStateLM with the same chain over patches on a zero-state scan) in PyTorch, times forward + cross-entropy + backward + AdamW on random tokens, runs
 `wedge bench-step` with the same configuration right before, and prints both figures
 and the ratio.
 
@@ -17,6 +17,7 @@ with them.
     /usr/bin/python3 bench/compare_pytorch.py                 # small config, both models
     /usr/bin/python3 bench/compare_pytorch.py --paper         # 6-layer paper config (slow)
     /usr/bin/python3 bench/compare_pytorch.py --seq-scaling   # 2 layers, d 128, batch 1, L 256..8192
+    /usr/bin/python3 bench/compare_pytorch.py --paper --models sheaf   # SheafStateLM (PyTorch peaks ~22 GB)
 """
 import argparse
 import json
@@ -109,21 +110,125 @@ def torch_models(torch):
             a = torch.sigmoid(self.gate(torch.cat([h, g], -1)))
             return a * h + (1 - a) * drop(g)
 
+    class Sheaf(nn.Module):
+        """SheafStateLM's block as wedge computes it (models/sheaf.h), pre-LN: the scan runs
+        over all patches at once (a loop over the P positions of a patch, vectorised over
+        batch, patches, channels and states), from zero states; the chain over patches adds
+        each patch's h0 term at its last token by linearity; a second scan starts every
+        patch from its glued state; top-1 patch-type experts routed by the section."""
+
+        def __init__(self, d, patch=16, depth=4, types=4, states=16, ds=64, dff=160):
+            super().__init__()
+            E, R = 2 * d, (d + 15) // 16
+            self.P, self.depth, self.K, self.N, self.ds, self.E = patch, depth, types, states, ds, E
+            self.inp = nn.Linear(d, 2 * E, bias=False)
+            self.dt_down, self.dt_up = nn.Linear(E, R, bias=False), nn.Linear(R, E, bias=False)
+            self.Bp, self.Cp = nn.Linear(E, states, bias=False), nn.Linear(E, states, bias=False)
+            self.A_log = nn.Parameter(torch.log(torch.arange(1, states + 1, dtype=torch.float)).repeat(E, 1))
+            self.D = nn.Parameter(torch.ones(E))
+            self.dt_bias = nn.Parameter(torch.full((E,), -3.0))
+            self.summary, self.patch_type = nn.Linear(E, ds), nn.Linear(ds, types)
+            self.R = nn.Parameter(torch.eye(ds).repeat(depth, types, 1, 1) + 0.02 * torch.randn(depth, types, ds, ds))
+            self.query = nn.Linear(ds, ds, bias=False)
+            self.sx, self.sb = nn.Linear(ds, E, bias=False), nn.Linear(ds, states, bias=False)
+            self.out = nn.Linear(E, d, bias=False)
+            self.n1, self.n2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.router = nn.Linear(ds, types)
+            self.experts = nn.ModuleList([FFN(d, dff) for _ in range(types)])
+
+        def scan(self, u, dt, A, B, C, h0):
+            Bt, L, E = u.shape
+            nP, P = -(-L // self.P), self.P
+            pad = nP * P - L
+            def patches(x):  # (Bt, L, ...) -> (Bt, nP, P, ...)
+                return F.pad(x, (0, 0, 0, pad)).view(Bt, nP, P, x.shape[-1])
+            u4, dt4, B4, C4 = patches(u), patches(dt), patches(B), patches(C)
+            h = h0 if h0 is not None else torch.zeros(Bt, nP, E, self.N)
+            ys = []
+            for k in range(P):
+                dtk = dt4[:, :, k, :, None]
+                h = torch.exp(dtk * A) * h + dtk * u4[:, :, k, :, None] * B4[:, :, k, None, :]
+                ys.append((h * C4[:, :, k, None, :]).sum(-1) + self.D * u4[:, :, k])
+            return torch.stack(ys, 2).reshape(Bt, nP * P, E)[:, :L]
+
+        def forward(self, h_in, drop):
+            Bt, L, d = h_in.shape
+            E, P, ds, K = self.E, self.P, self.ds, self.K
+            nP = -(-L // P)
+            x, z = self.inp(self.n1(h_in)).split(E, -1)
+            u = F.silu(x)
+            dt = F.softplus(self.dt_up(self.dt_down(u)) + self.dt_bias)
+            A = -torch.exp(self.A_log)
+            B, C = self.Bp(u), self.Cp(u)
+            y0 = self.scan(u, dt, A, B, C, None)
+            last = torch.clamp(torch.arange(1, nP + 1) * P, max=L) - 1
+            S = F.pad(dt, (0, 0, 0, nP * P - L)).view(Bt, nP, P, E).sum(2)
+            reach = C[:, last, None, :] * torch.exp(S[..., None] * A)  # (Bt, nP, E, N)
+            bank = self.R.reshape(self.depth * K * ds, ds)
+            restricted, summaries, hx, hb, sections, energies = [], [], [], [], [], []
+            for p in range(nP):
+                cover = [restricted[p - (1 << j)][:, j] for j in range(self.depth) if p - (1 << j) >= 0]
+                if cover:
+                    r = torch.stack(cover, 1)
+                    a = torch.softmax((r * self.query(summaries[p - 1])[:, None]).sum(-1) / ds ** 0.5, 1)
+                    c = (r * a[..., None]).sum(1)
+                    spread = (a * ((r - c[:, None]) ** 2).sum(-1)).sum(1)
+                    energies.append(spread / ((a * (r * r).sum(-1)).sum(1) + 1e-6))
+                else:
+                    c = torch.zeros(Bt, ds)
+                hx.append(self.sx(c))
+                hb.append(self.sb(c))
+                y_last = y0[:, last[p]] + hx[-1] * (reach[:, p] * hb[-1][:, None]).sum(-1)
+                s = F.layer_norm(self.summary(y_last), (ds,))
+                pi = torch.softmax(self.patch_type(s), -1)
+                restricted.append((F.linear(s, bank).view(Bt, self.depth, K, ds) * pi[:, None, :, None]).sum(2))
+                summaries.append(s)
+                sections.append(c)
+            h0 = torch.stack(hx, 1)[..., None] * torch.stack(hb, 1)[:, :, None, :]
+            y = self.scan(u, dt, A, B, C, h0)
+            h = h_in + drop(self.out(y * F.silu(z)))
+            probs = torch.softmax(self.router(torch.stack(sections, 1)), -1)  # (Bt, nP, K)
+            gate, expert = probs.max(-1)
+            token_patch = torch.arange(L) // P
+            tok_expert = expert[:, token_patch].reshape(-1)
+            tok_gate = gate[:, token_patch].reshape(-1, 1)
+            xn = self.n2(h).reshape(-1, d)
+            out = torch.zeros_like(xn)
+            for k in range(K):
+                rows = (tok_expert == k).nonzero().squeeze(1)
+                if rows.numel():
+                    out = out.index_add(0, rows, self.experts[k](xn.index_select(0, rows)))
+            balance = K * (probs.reshape(-1, K).mean(0) *
+                           torch.bincount(expert.reshape(-1), minlength=K).float() / expert.numel()).sum()
+            energy = torch.stack(energies, 1).mean() if energies else torch.zeros(())
+            return h + drop((out * tok_gate).view(Bt, L, d)), balance, energy
+
     class LM(nn.Module):
         def __init__(self, kind, V, layers, d, dff, heads, block, r, windows):
             super().__init__()
             self.kind = kind
             self.tok, self.pos = nn.Embedding(V, d), nn.Embedding(block, d)
-            self.mix = nn.ModuleList([Attn(d, heads) if kind == "transformer" else
-                                      Mix(d, r, windows, literal=kind == "grassmann-literal") for _ in range(layers)])
-            self.ffn = nn.ModuleList([FFN(d, dff) for _ in range(layers)])
-            self.n1 = nn.ModuleList([nn.LayerNorm(d) for _ in range(layers)])
-            self.n2 = nn.ModuleList([nn.LayerNorm(d) for _ in range(layers)])
+            if kind == "sheaf":
+                self.mix = nn.ModuleList([Sheaf(d) for _ in range(layers)])
+                self.final = nn.LayerNorm(d)
+            else:
+                self.mix = nn.ModuleList([Attn(d, heads) if kind == "transformer" else
+                                          Mix(d, r, windows, literal=kind == "grassmann-literal") for _ in range(layers)])
+            if kind != "sheaf":
+                self.ffn = nn.ModuleList([FFN(d, dff) for _ in range(layers)])
+                self.n1 = nn.ModuleList([nn.LayerNorm(d) for _ in range(layers)])
+                self.n2 = nn.ModuleList([nn.LayerNorm(d) for _ in range(layers)])
             self.drop = nn.Dropout(0.1)
 
         def forward(self, x):
             L = x.shape[1]
             h = self.drop(self.tok(x) + self.pos(torch.arange(L)))
+            if self.kind == "sheaf":
+                aux = 0.0
+                for block in self.mix:  # balance and normalised gluing energy, weights 0.01
+                    h, balance, energy = block(h, self.drop)
+                    aux = aux + 0.01 * (balance + energy) / len(self.mix)
+                return self.final(h) @ self.tok.weight.t(), aux
             for mix, ffn, n1, n2 in zip(self.mix, self.ffn, self.n1, self.n2):
                 if self.kind == "transformer":
                     h = n1(h + self.drop(mix(h)))
@@ -153,7 +258,10 @@ def bench_torch(cfg, batch, steps, warmup, device="cpu"):
         sync()
         t0 = time.perf_counter()
         logits = model(x[:, :-1])
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg["vocab"]), x[:, 1:].reshape(-1))
+        aux = 0.0
+        if isinstance(logits, tuple):  # SheafStateLM: its balance loss joins the gradient
+            logits, aux = logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg["vocab"]), x[:, 1:].reshape(-1)) + aux
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
