@@ -111,7 +111,6 @@ Tensor SheafMixer::forward(const Tensor& h, GluingReport& report) const {
       last_rows.push_back(static_cast<std::int32_t>(b * L + std::min(L, (p + 1) * P) - 1));
   const Tensor y0_last = ops::reshape(gather_rows(y0, E, last_rows), {B, patches, E});
   const Tensor C_last = ops::reshape(gather_rows(Cm, N, last_rows), {B, patches, 1, N});
-  const Tensor reach = C_last * ops::exp(ops::unsqueeze(step_sums, 3) * A);  // (B, patches, E, N)
 
   // G: the chain over patches. restricted[q] holds R(π_q, δ_j) s_q for every distance j.
   const Tensor bank = ops::reshape(restriction_, {depth_ * types_ * ds, ds});
@@ -151,7 +150,10 @@ Tensor SheafMixer::forward(const Tensor& h, GluingReport& report) const {
       normalised.push_back(energy / (scale + 1e-6));
     }
     const Tensor hx = state_x_.forward(c), hb = state_b_.forward(c);  // (B, E), (B, N)
-    const Tensor reach_p = ops::squeeze(ops::narrow(reach, 1, p, 1), 1);                  // (B, E, N)
+    // C_last[n] exp(A S_p)[:, n], formed per patch from the patch's slices: slicing an
+    // (B, patches, E, N) tensor instead would cost a gradient of that whole size per patch.
+    const Tensor S_p = ops::squeeze(ops::narrow(step_sums, 1, p, 1), 1);                  // (B, E)
+    const Tensor reach_p = ops::squeeze(ops::narrow(C_last, 1, p, 1), 1) * ops::exp(ops::unsqueeze(S_p, 2) * A);  // (B, E, N)
     const Tensor y_last = ops::squeeze(ops::narrow(y0_last, 1, p, 1), 1) +
                           hx * ops::sum(reach_p * ops::unsqueeze(hb, 1), {2});
     const Tensor s = summarise(y_last);
