@@ -198,6 +198,38 @@ int main(int argc, char** argv) {
                   return 4.0 * gplucker.size();
                 });
 
+  // SheafStateLM's scan: inner width 512, state 16, patches of 16, a state h0 per patch.
+  constexpr i64 kInner = 512, kState = 16, kPatch = 16, kSegments = kBlock / kPatch;
+  static std::vector<float> su = random_vector(kTokens * kInner, -1, 1, 15),
+                            sdelta = random_vector(kTokens * kInner, -3, 0, 16),
+                            sbias = random_vector(kInner, -1, 0, 17),
+                            sA_log = random_vector(kInner * kState, 0, 2.8f, 18),
+                            sB = random_vector(kTokens * kState, -1, 1, 19),
+                            sC = random_vector(kTokens * kState, -1, 1, 20),
+                            sD = random_vector(kInner, 0.5f, 1.5f, 21),
+                            sh0 = random_vector(kBatch * kSegments * kInner * kState, -1, 1, 22),
+                            sy(kTokens * kInner), sgy = random_vector(kTokens * kInner, -1, 1, 23),
+                            sgu(su.size()), sgdelta(su.size()), sgbias(kInner), sgA(sA_log.size()),
+                            sgB(sB.size()), sgC(sC.size()), sgD(kInner), sgh0(sh0.size());
+  static ScanArgs<float> scan_args;
+  scan_args.batch = kBatch, scan_args.L = kBlock, scan_args.D = kInner, scan_args.N = kState;
+  scan_args.P = kPatch;
+  scan_args.u = su.data(), scan_args.delta = sdelta.data(), scan_args.delta_bias = sbias.data();
+  scan_args.A_log = sA_log.data(), scan_args.B = sB.data(), scan_args.C = sC.data();
+  scan_args.Dskip = sD.data(), scan_args.h0 = sh0.data();
+  register_pair("selective_scan_forward 32x128 E512 N16 P16",
+                [](const KernelTable<float>& t, benchmark::State&) {
+                  t.selective_scan_forward(scan_args, sy.data(), nullptr);
+                  return 4.0 * (3 * su.size() + sh0.size());
+                });
+  register_pair("selective_scan_backward 32x128 E512 N16 P16",
+                [](const KernelTable<float>& t, benchmark::State&) {
+                  ScanGrads<float> g{sgu.data(), sgdelta.data(), sgbias.data(), sgA.data(),
+                                     sgB.data(),  sgC.data(),     sgD.data(),    sgh0.data()};
+                  t.selective_scan_backward(scan_args, sgy.data(), nullptr, g);
+                  return 4.0 * (6 * su.size() + 2 * sh0.size());
+                });
+
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
