@@ -1,16 +1,18 @@
 // The bookkeeping of a caching allocator, separate from the memory it manages.
 //
 // A training step allocates the same activation sizes every step. Asking the device for
-// memory each time is slow (cudaMalloc/cudaFree synchronise the whole GPU), so freed
-// blocks are kept in free lists keyed by a size class and handed out again for the next
-// request of that class: after the first step nothing reaches the device allocator.
+// memory each time is slow (cudaMalloc/cudaFree synchronise the whole GPU; on the host,
+// glibc returns a large freed buffer to the OS and the next one is page-faulted back in),
+// so freed blocks are kept in free lists keyed by a size class and handed out again: after
+// the first steps nothing reaches the device allocator.
 //
-// BlockCache knows nothing of CUDA. It is templated on a Backend with
+// BlockCache knows nothing of devices. It is templated on a Backend with
 //   void* allocate(std::size_t bytes);   // nullptr when the device is out of memory
 //   void free(void* ptr);
 //   const char* name() const;            // names the device in error messages
-// so the same logic serves the CUDA allocator (engine/cuda_allocator.cu) and the unit
-// tests, which use a host backend that counts its calls and can run out of memory.
+// so the same logic serves the CPU and CUDA allocators (engine/allocator.cpp,
+// engine/cuda_allocator.cu) and the unit tests, which use a host backend that counts its
+// calls and can run out of memory.
 #pragma once
 
 #include <cstddef>
@@ -25,10 +27,11 @@
 namespace wedge {
 
 // Size classes: multiples of 512 bytes up to 1 MiB, then multiples of 1/16 of the next
-// power of two (so a block is less than 1/8 larger than the request). Every
-// request maps to exactly one class, and a cached block is reused only for its own class:
-// a training loop repeats its sizes exactly, so exact classes reuse everything without
-// the fragmentation of splitting blocks.
+// power of two (so a block is less than 1/8 larger than the request). A request takes the
+// smallest cached block of at least its class and at most twice it (blocks are never
+// split): a training loop that repeats its sizes exactly reuses its own blocks, and one
+// whose sizes vary a little from step to step (the rows routed to each expert of a
+// mixture) reuses neighbouring blocks instead of asking the device again.
 inline std::size_t block_size_class(std::size_t bytes) {
   constexpr std::size_t kSmallStep = 512;
   constexpr std::size_t kSmallLimit = std::size_t(1) << 20;
@@ -47,18 +50,21 @@ class BlockCache {
   BlockCache(const BlockCache&) = delete;
   BlockCache& operator=(const BlockCache&) = delete;
 
-  // A block of at least `bytes`, from the free list of its class when one is cached.
+  // A block of at least `bytes`: the best-fitting cached block within twice its class.
   // When the backend is out of memory the cache is returned to it and the request tried
   // once more; failing that, throws std::runtime_error naming the device and the sizes.
   void* allocate(std::size_t bytes) {
     const std::size_t size = block_size_class(bytes);
     std::lock_guard<std::mutex> lock(mutex_);
     void* ptr = nullptr;
-    auto it = free_.find(size);
-    if (it != free_.end() && !it->second.empty()) {
+    std::size_t block = size;
+    auto it = free_.lower_bound(size);
+    if (it != free_.end() && it->first <= 2 * size) {
+      block = it->first;
       ptr = it->second.back();
       it->second.pop_back();
-      cached_ -= size;
+      if (it->second.empty()) free_.erase(it);
+      cached_ -= block;
     } else {
       ptr = backend_allocate(size);
       if (ptr == nullptr) {
@@ -71,15 +77,16 @@ class BlockCache {
                                  " bytes in use, cache already released)");
       }
     }
-    live_.emplace(ptr, size);
-    in_use_ += size;
+    live_.emplace(ptr, block);
+    in_use_ += block;
     if (in_use_ > peak_in_use_) peak_in_use_ = in_use_;
     return ptr;
   }
 
   // Returns the block to its free list (never to the backend). `bytes` must be the size
-  // it was allocated with; a pointer this cache did not hand out is a bug in the caller
-  // and throws std::logic_error rather than corrupting the free lists.
+  // it was allocated with (its class at most the block's, at least half of it); a pointer
+  // this cache did not hand out is a bug in the caller and throws std::logic_error rather
+  // than corrupting the free lists.
   void deallocate(void* ptr, std::size_t bytes) {
     if (ptr == nullptr) return;
     std::lock_guard<std::mutex> lock(mutex_);
@@ -89,7 +96,7 @@ class BlockCache {
                              ": deallocate of a pointer this allocator does not own");
     }
     const std::size_t size = it->second;
-    if (block_size_class(bytes) != size) {
+    if (block_size_class(bytes) > size || 2 * block_size_class(bytes) < size) {
       throw std::logic_error(std::string(backend_.name()) + ": deallocate of " +
                              std::to_string(bytes) + " bytes, but the block was allocated as " +
                              std::to_string(size));
@@ -146,7 +153,7 @@ class BlockCache {
   Backend backend_;
   mutable std::mutex mutex_;
   std::map<std::size_t, std::vector<void*>> free_;  // class size -> cached blocks
-  std::unordered_map<void*, std::size_t> live_;    // handed-out block -> class size
+  std::unordered_map<void*, std::size_t> live_;    // handed-out block -> its size
   std::size_t in_use_ = 0, cached_ = 0, peak_in_use_ = 0, backend_allocations_ = 0;
 };
 

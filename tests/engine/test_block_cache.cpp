@@ -3,10 +3,13 @@
 // allocator runs, tested without a GPU.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/block_cache.h"
 
@@ -130,12 +133,13 @@ TEST_CASE("BlockCache releases its cache and retries when the device runs out of
   cache.deallocate(a, 4096);  // 4096 cached, 2048 in use, device holds 6144 of 8192
   CHECK(cache.bytes_cached() == 4096);
 
-  // 3072 does not fit beside 6144: the cached 4096 must be given back first.
-  void* c = cache.allocate(3072);
+  // 5120 is larger than the cached block and does not fit beside 6144: the cached 4096
+  // must be given back first.
+  void* c = cache.allocate(5120);
   CHECK(c != nullptr);
   CHECK(cache.backend().frees == 1);
   CHECK(cache.bytes_cached() == 0);
-  CHECK(cache.bytes_in_use() == 2048 + 3072);
+  CHECK(cache.bytes_in_use() == 2048 + 5120);
 
   // 4096 does not fit even with an empty cache: a clear error naming device and size.
   try {
@@ -147,9 +151,9 @@ TEST_CASE("BlockCache releases its cache and retries when the device runs out of
     CHECK(what.find("4096") != std::string::npos);
   }
   // the failed request changed no bookkeeping
-  CHECK(cache.bytes_in_use() == 2048 + 3072);
+  CHECK(cache.bytes_in_use() == 2048 + 5120);
   cache.deallocate(b, 2048);
-  cache.deallocate(c, 3072);
+  cache.deallocate(c, 5120);
   cache.release_cached();
   CHECK(cache.backend().live.empty());
 }
@@ -158,11 +162,56 @@ TEST_CASE("BlockCache rejects pointers it does not own and mismatched sizes") {
   Cache cache;
   int not_ours = 0;
   CHECK_THROWS_AS(cache.deallocate(&not_ours, 4), std::logic_error);
-  void* a = cache.allocate(600);                                   // class 1024
-  CHECK_THROWS_AS(cache.deallocate(a, 100), std::logic_error);     // class 512: wrong size
-  cache.deallocate(a, 1024);                                       // same class: fine
-  CHECK_THROWS_AS(cache.deallocate(a, 1024), std::logic_error);    // double free
+  void* a = cache.allocate(1100);                                  // class 1536
+  CHECK_THROWS_AS(cache.deallocate(a, 100), std::logic_error);     // class 512: under half the block
+  CHECK_THROWS_AS(cache.deallocate(a, 2000), std::logic_error);    // class 2048: over the block
+  cache.deallocate(a, 1536);                                       // same class: fine
+  CHECK_THROWS_AS(cache.deallocate(a, 1536), std::logic_error);    // double free
   cache.deallocate(nullptr, 123);                                  // no-op, like free(nullptr)
-  CHECK(cache.bytes_cached() == 1024);
+  CHECK(cache.bytes_cached() == 1536);
   cache.release_cached();
+}
+
+TEST_CASE("BlockCache: the best-fitting cached block within twice the class serves a request") {
+  Cache cache;
+  void* big = cache.allocate(4096);
+  void* small = cache.allocate(1024);
+  cache.deallocate(big, 4096);
+  cache.deallocate(small, 1024);
+  void* a = cache.allocate(1000);  // class 1024: its own block, not the 4096 one
+  CHECK(a == small);
+  void* b = cache.allocate(2560);  // class 2560: the 4096 block (< 2 x 2560), counted at 4096
+  CHECK(b == big);
+  CHECK(cache.bytes_in_use() == 1024 + 4096);
+  CHECK(cache.backend().allocations == 2);
+  void* c = cache.allocate(1024);  // nothing cached fits: a new block
+  CHECK(cache.backend().allocations == 3);
+  cache.deallocate(b, 2560);  // freed with its requested size, filed under its real size
+  CHECK(cache.bytes_cached() == 4096);
+  void* d = cache.allocate(1500);  // class 1536: 4096 is more than twice that, so a new block
+  CHECK(d != big);
+  CHECK(cache.backend().allocations == 4);
+  for (auto [p, bytes] : {std::pair{a, 1000}, std::pair{c, 1024}, std::pair{d, 1500}}) cache.deallocate(p, bytes);
+  cache.release_cached();
+  CHECK(cache.backend().live.empty());
+}
+
+TEST_CASE("BlockCache: sizes that vary from step to step stop reaching the device") {
+  // Four experts share 4096 rows of 1 KiB; how many each gets changes every step.
+  Cache cache;
+  std::size_t after_warmup = 0;
+  for (int step = 0; step < 200; ++step) {
+    std::vector<std::pair<void*, std::size_t>> blocks;
+    std::size_t left = 4096;
+    for (int k = 0; k < 4; ++k) {
+      const std::size_t rows = k == 3 ? left : std::min<std::size_t>(left, 700 + std::size_t((step * 7919 + k * 104729) % 700));
+      left -= rows;
+      const std::size_t bytes = rows * 1024;
+      blocks.emplace_back(cache.allocate(bytes), bytes);
+    }
+    for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) cache.deallocate(it->first, it->second);
+    if (step == 49) after_warmup = cache.backend().allocations;
+  }
+  CHECK(cache.backend().allocations == after_warmup);  // the last 150 steps allocated nothing
+  CHECK(cache.backend().allocations <= 16);
 }
