@@ -28,27 +28,55 @@ bool needs_grad(std::initializer_list<Tensor> inputs) {
   return needs_grad(std::vector<Tensor>(inputs));
 }
 
-Tensor record_op(Tensor output, const std::string& op, const std::vector<Tensor>& inputs,
-                 BackwardFn backward) {
-  if (!needs_grad(inputs)) return output;
+namespace {
+
+std::shared_ptr<Node> make_node(const std::string& op, const std::vector<Tensor>& inputs) {
   auto node = std::make_shared<Node>();
   node->op = op;
-  node->backward = std::move(backward);
   node->inputs.reserve(inputs.size());
   for (const Tensor& t : inputs) {
     Edge e;
     if (t.defined() && t.requires_grad()) {
-      if (t.grad_fn()) e.fn = t.grad_fn();
-      else e.leaf = t.impl_ptr();
+      if (t.grad_fn()) {
+        e.fn = t.grad_fn();
+        e.output = t.impl().output_nr;
+      } else {
+        e.leaf = t.impl_ptr();
+      }
     }
     node->inputs.push_back(std::move(e));
   }
-  // A fresh handle on the output's memory carries the graph; views that share the same
-  // TensorImpl elsewhere are unaffected.
+  return node;
+}
+
+// A fresh handle on the output's memory carries the graph; views that share the same
+// TensorImpl elsewhere are unaffected.
+Tensor attach(const Tensor& output, const std::shared_ptr<Node>& node, int output_nr) {
   Tensor out = output.detach();
   out.impl().requires_grad = true;
-  out.impl().grad_fn = std::move(node);
+  out.impl().grad_fn = node;
+  out.impl().output_nr = output_nr;
   return out;
+}
+
+}  // namespace
+
+Tensor record_op(Tensor output, const std::string& op, const std::vector<Tensor>& inputs,
+                 BackwardFn backward) {
+  if (!needs_grad(inputs)) return output;
+  auto node = make_node(op, inputs);
+  node->backward = std::move(backward);
+  return attach(output, node, 0);
+}
+
+std::vector<Tensor> record_multi_op(std::vector<Tensor> outputs, const std::string& op,
+                                    const std::vector<Tensor>& inputs, MultiBackwardFn backward) {
+  if (!needs_grad(inputs)) return outputs;
+  auto node = make_node(op, inputs);
+  node->backward_multi = std::move(backward);
+  node->num_outputs = static_cast<int>(outputs.size());
+  for (std::size_t i = 0; i < outputs.size(); ++i) outputs[i] = attach(outputs[i], node, static_cast<int>(i));
+  return outputs;
 }
 
 Tensor accumulate_grad(const Tensor& dst, const Tensor& g) {
@@ -115,8 +143,14 @@ void Tensor::backward(const Tensor& grad) const {
     }
   }
 
-  std::unordered_map<Node*, Tensor> pending;
-  pending[grad_fn().get()] = grad.to(device());
+  // The summed gradient of each output of each Node that some gradient has reached.
+  std::unordered_map<Node*, std::vector<Tensor>> pending;
+  auto slot = [&](Node* node, int output) -> Tensor& {
+    std::vector<Tensor>& outputs = pending[node];
+    if (outputs.empty()) outputs.resize(static_cast<std::size_t>(node->num_outputs));
+    return outputs[static_cast<std::size_t>(output)];
+  };
+  slot(grad_fn().get(), impl().output_nr) = grad.to(device());
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* node = *it;
     if (node->released)
@@ -124,9 +158,9 @@ void Tensor::backward(const Tensor& grad) const {
                                "' was already freed by an earlier backward(); run the forward pass again");
     auto found = pending.find(node);
     if (found == pending.end()) continue;  // nothing flowed into this branch
-    Tensor g = std::move(found->second);
+    std::vector<Tensor> g = std::move(found->second);
     pending.erase(found);
-    std::vector<Tensor> grads = node->backward(g);
+    std::vector<Tensor> grads = node->backward_multi ? node->backward_multi(g) : node->backward(g[0]);
     if (grads.size() != node->inputs.size())
       throw std::logic_error("autograd: op '" + node->op + "' returned " + std::to_string(grads.size()) +
                              " gradients for " + std::to_string(node->inputs.size()) + " inputs");
@@ -134,8 +168,8 @@ void Tensor::backward(const Tensor& grad) const {
       const Edge& e = node->inputs[i];
       if (!grads[i].defined()) continue;
       if (e.fn) {
-        Tensor& slot = pending[e.fn.get()];
-        slot = accumulate_grad(slot, grads[i]);
+        Tensor& sum = slot(e.fn.get(), e.output);
+        sum = accumulate_grad(sum, grads[i]);
       } else if (e.leaf) {
         Tensor leaf_grad = e.leaf->grad ? Tensor(e.leaf->grad) : Tensor();
         e.leaf->grad = accumulate_grad(leaf_grad, grads[i]).impl_ptr();
@@ -143,6 +177,7 @@ void Tensor::backward(const Tensor& grad) const {
     }
     // Free the closure (and the activations it saved) right away.
     node->backward = nullptr;
+    node->backward_multi = nullptr;
     node->released = true;
   }
   // Free the edges too, so memory returns as soon as the caller drops the loss.

@@ -6,6 +6,11 @@
 // Nodes in reverse topological order, calls each closure once with the summed gradient of
 // its output, routes the results along the edges, and frees each Node's closure (and with
 // it the saved activations) as soon as it has run.
+//
+// Most ops have one output. An op with several (unbind: the slices of a tensor) records
+// one Node for all of them, and its closure runs once with every output's gradient, so
+// the gradient of the input is assembled once — n slices taken with narrow would each
+// return a gradient the size of the whole input.
 #pragma once
 
 #include <functional>
@@ -20,16 +25,22 @@ namespace wedge {
 struct Edge {
   std::shared_ptr<Node> fn;          // the producer of a non-leaf input, or
   std::shared_ptr<TensorImpl> leaf;  // a leaf requiring grad; both null: no grad needed
+  int output = 0;                    // which of fn's outputs the input is
 };
 
 // Given the gradient of the op's output, returns one gradient per input (same order as
 // the inputs given to record_op; an undefined Tensor where an input needs none).
 using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
+// The same for an op with several outputs: one gradient per output, undefined for an
+// output that no gradient reached (read it as zeros).
+using MultiBackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grad_outputs)>;
 
 struct Node {
   std::string op;
   std::vector<Edge> inputs;
-  BackwardFn backward;
+  BackwardFn backward;             // the closure of a single-output op, or
+  MultiBackwardFn backward_multi;  // that of record_multi_op (any number of outputs, 1 included)
+  int num_outputs = 1;
   bool released = false;  // the closure ran (or was dropped) and the graph is gone
 };
 
@@ -57,6 +68,11 @@ bool needs_grad(const std::vector<Tensor>& inputs);
 // so a graph that is never walked does not keep itself alive through a cycle.
 Tensor record_op(Tensor output, const std::string& op, const std::vector<Tensor>& inputs,
                  BackwardFn backward);
+
+// The same for an op with several outputs: one Node for all of them (output i is its
+// output i). Returns the outputs, carrying the graph when recording.
+std::vector<Tensor> record_multi_op(std::vector<Tensor> outputs, const std::string& op,
+                                    const std::vector<Tensor>& inputs, MultiBackwardFn backward);
 
 // The gradient-accumulation rule used by backward: dst = dst + g (same shape).
 Tensor accumulate_grad(const Tensor& dst, const Tensor& g);

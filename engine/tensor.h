@@ -57,6 +57,7 @@ struct TensorImpl {
   bool requires_grad = false;
   std::shared_ptr<TensorImpl> grad;  // accumulated gradient of a leaf
   std::shared_ptr<Node> grad_fn;     // the op that produced this tensor (null for leaves)
+  int output_nr = 0;                 // which of grad_fn's outputs this tensor is
 };
 
 class Tensor {

@@ -63,6 +63,9 @@ Tensor reshape(const Tensor& x, const Shape& shape);  // one -1 allowed
 Tensor permute(const Tensor& x, const std::vector<int>& order);
 Tensor transpose(const Tensor& x, int d0, int d1);
 Tensor narrow(const Tensor& x, int dim, std::int64_t start, std::int64_t length);
+// The slices of x along dim (each a view without that axis). Their backward runs once for
+// all of them, so taking every slice costs one gradient of x's size, not one per slice.
+std::vector<Tensor> unbind(const Tensor& x, int dim);
 Tensor expand(const Tensor& x, const Shape& shape);
 Tensor unsqueeze(const Tensor& x, int dim);
 Tensor squeeze(const Tensor& x, int dim);

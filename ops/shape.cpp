@@ -80,6 +80,31 @@ Tensor narrow(const Tensor& x, int dim_in, std::int64_t start, std::int64_t leng
   });
 }
 
+std::vector<Tensor> unbind(const Tensor& x, int dim_in) {
+  const int dim = wrap_dim("unbind", dim_in, x.dim());
+  const std::int64_t n = x.shape()[dim], stride = x.strides()[dim];
+  Shape shape = x.shape(), strides = x.strides();
+  shape.erase(shape.begin() + dim);
+  strides.erase(strides.begin() + dim);
+  std::vector<Tensor> slices;
+  slices.reserve(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) slices.push_back(x.as_strided(shape, strides, x.offset() + i * stride));
+  // One node for all slices: the input's gradient is assembled once, whatever the number
+  // of slices (n narrows would each return one of the input's full size).
+  return record_multi_op(std::move(slices), "unbind", {x},
+                         [in = x.shape(), dim](const std::vector<Tensor>& g) -> std::vector<Tensor> {
+                           Tensor gx;
+                           for (std::size_t i = 0; i < g.size(); ++i) {
+                             if (!g[i].defined()) continue;
+                             if (!gx.defined()) gx = Tensor::zeros(in, g[i].dtype(), g[i].device());
+                             Shape window_strides = gx.strides();
+                             window_strides.erase(window_strides.begin() + dim);
+                             gx.as_strided(g[i].shape(), window_strides, std::int64_t(i) * gx.strides()[dim]).copy_(g[i]);
+                           }
+                           return {gx};
+                         });
+}
+
 Tensor expand(const Tensor& x, const Shape& shape) {
   const int n = static_cast<int>(shape.size()), k = x.dim();
   if (n < k) fail("expand", "cannot expand " + shape_str(x.shape()) + " to fewer dims " + shape_str(shape));

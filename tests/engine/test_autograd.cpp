@@ -102,3 +102,38 @@ TEST_CASE("a graph that is never walked does not leak") {
   }
   CHECK(a.bytes_in_use() == before);
 }
+
+TEST_CASE("an op with several outputs runs its backward once, with every output's summed gradient") {
+  Tensor x = leaf({1.0, 2.0}, {2});
+  int calls = 0;
+  std::vector<Tensor> seen;
+  // out0 = 2x, out1 = 3x, out2 = 5x (unused below): one node for the three.
+  std::vector<Tensor> outs = record_multi_op(
+      {(x * 2.0).detach(), (x * 3.0).detach(), (x * 5.0).detach()}, "three", {x},
+      [&](const std::vector<Tensor>& g) -> std::vector<Tensor> {
+        ++calls;
+        seen = g;
+        Tensor gx = g[0] * 2.0 + g[1] * 3.0;
+        if (g[2].defined()) gx = gx + g[2] * 5.0;
+        return {gx};
+      });
+  REQUIRE(outs.size() == 3);
+  CHECK(outs[0].grad_fn() == outs[1].grad_fn());
+  // out0 feeds the loss twice (its gradients must arrive summed), out1 once, out2 never.
+  Tensor y = ops::sum(outs[0] + outs[0] * outs[1] + outs[1]);
+  y.backward();
+  CHECK(calls == 1);
+  REQUIRE(seen.size() == 3);
+  CHECK_FALSE(seen[2].defined());
+  // d/dx [2x + 6x^2 + 3x] = 5 + 12x
+  CHECK(x.grad().to_vector<double>()[0] == doctest::Approx(17.0));
+  CHECK(x.grad().to_vector<double>()[1] == doctest::Approx(29.0));
+}
+
+TEST_CASE("an op recorded with one output through record_multi_op still runs its own closure") {
+  Tensor x = leaf({3.0}, {1});
+  std::vector<Tensor> outs = record_multi_op({(x * 2.0).detach()}, "one", {x},
+                                             [](const std::vector<Tensor>& g) -> std::vector<Tensor> { return {g[0] * 2.0}; });
+  ops::sum(outs[0]).backward();
+  CHECK(x.grad().item() == doctest::Approx(2.0));
+}

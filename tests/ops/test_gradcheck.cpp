@@ -102,6 +102,8 @@ std::vector<OpCase> cases() {
   add("reshape", "of a strided view", [] { gradcheck("reshape strided", [](const V& x) { return ops::reshape(x[0], {-1}); }, {input({3, 4}, 51, true)}); });
   add("permute", "", [] { gradcheck("permute", [](const V& x) { return ops::mul(ops::permute(x[0], {2, 0, 1}), ops::permute(x[0], {2, 0, 1})); }, {input({2, 3, 4}, 52)}); });
   add("narrow", "", [] { gradcheck("narrow", [](const V& x) { return ops::exp(ops::narrow(x[0], 1, 1, 2)); }, {input({3, 4}, 53)}); });
+  add("unbind", "every slice used", [] { gradcheck("unbind", [](const V& x) { const auto s = ops::unbind(x[0], 1); return ops::stack({ops::exp(s[2]), s[0] * s[1], s[0]}, 0); }, {input({2, 3, 4}, 61)}); });
+  add("unbind", "some slices unused, strided input", [] { gradcheck("unbind partial", [](const V& x) { return ops::tanh(ops::unbind(x[0], 0)[1]); }, {input({4, 3}, 62, true)}); });
   add("expand", "", [] { gradcheck("expand", [](const V& x) { return ops::mul(ops::expand(x[0], {2, 3, 4}), x[1]); }, {input({3, 1}, 54), input({2, 3, 4}, 55)}); });
   add("contiguous", "", [] { gradcheck("contiguous", [](const V& x) { return ops::exp(ops::contiguous(x[0])); }, {input({3, 4}, 56, true)}); });
   add("cat", "", [] { gradcheck("cat", [](const V& x) { return ops::exp(ops::cat({x[0], x[1], x[0]}, 1)); }, {input({2, 3}, 57), input({2, 1}, 58)}); });
