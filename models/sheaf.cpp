@@ -109,30 +109,36 @@ Tensor SheafMixer::forward(const Tensor& h, GluingReport& report) const {
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t p = 0; p < patches; ++p)
       last_rows.push_back(static_cast<std::int32_t>(b * L + std::min(L, (p + 1) * P) - 1));
-  const Tensor y0_last = ops::reshape(gather_rows(y0, E, last_rows), {B, patches, E});
   const Tensor C_last = ops::reshape(gather_rows(Cm, N, last_rows), {B, patches, 1, N});
+  // What h0_p's state reaches at the patch's last token, C_last[n] exp(A S_p)[:, n], for
+  // every patch at once (it does not depend on the chain). The chain takes one patch's
+  // slice at a time; unbind's backward assembles their gradients once, so the chain's
+  // cost stays linear in the number of patches.
+  const std::vector<Tensor> reach =
+      ops::unbind(C_last * ops::exp(ops::unsqueeze(step_sums, 3) * A), 1);            // (B, E, N) each
+  const std::vector<Tensor> y0_last = ops::unbind(ops::reshape(gather_rows(y0, E, last_rows), {B, patches, E}), 1);
 
-  // G: the chain over patches. restricted[q] holds R(π_q, δ_j) s_q for every distance j.
+  // G: the chain over patches. restricted[q][j] holds R(π_q, δ_j) s_q.
   const Tensor bank = ops::reshape(restriction_, {depth_ * types_ * ds, ds});
-  std::vector<Tensor> restricted(static_cast<std::size_t>(patches)), summaries(restricted.size());
-  std::vector<Tensor> sections, state_x, state_b, energies, normalised;
-  auto restrict_all = [&](const Tensor& s) {  // s (B, ds) -> (B, D, ds)
+  std::vector<std::vector<Tensor>> restricted(static_cast<std::size_t>(patches));
+  std::vector<Tensor> summaries(restricted.size()), sections, state_x, state_b, energies, normalised;
+  auto restrict_all = [&](const Tensor& s) {  // s (B, ds) -> D tensors (B, ds)
     const Tensor pi = ops::softmax(type_.forward(s), 1);                                  // (B, K)
     const Tensor all = ops::reshape(ops::linear(s, bank), {B, depth_, types_, ds});        // R[j, k] s
-    return ops::sum(all * ops::reshape(pi, {B, 1, types_, 1}), {2});                     // Σ_k π_k R[j, k] s
+    return ops::unbind(ops::sum(all * ops::reshape(pi, {B, 1, types_, 1}), {2}), 1);     // Σ_k π_k R[j, k] s
   };
   for (std::int64_t p = 0; p < patches; ++p) {
+    const std::size_t pu = static_cast<std::size_t>(p);
     std::vector<Tensor> cover;  // r_pq, (B, ds) each
     for (std::int64_t j = 0; j < depth_; ++j) {
       const std::int64_t q = p - (std::int64_t{1} << j);
       if (q < 0) break;
-      cover.push_back(ops::squeeze(ops::narrow(restricted[static_cast<std::size_t>(q)], 1, j, 1), 1));
+      cover.push_back(restricted[static_cast<std::size_t>(q)][static_cast<std::size_t>(j)]);
     }
     if (leaky_) {
       // TEST ONLY: the patch's own summary (from its zero-state scan, so from every token of
       // the patch, later ones included) joins its cover. The causality audit must fail.
-      const Tensor own = summarise(ops::squeeze(ops::narrow(y0_last, 1, p, 1), 1));
-      cover.push_back(ops::squeeze(ops::narrow(restrict_all(own), 1, 0, 1), 1));
+      cover.push_back(restrict_all(summarise(y0_last[pu]))[0]);
     }
     Tensor c;
     if (cover.empty()) {
@@ -150,15 +156,10 @@ Tensor SheafMixer::forward(const Tensor& h, GluingReport& report) const {
       normalised.push_back(energy / (scale + 1e-6));
     }
     const Tensor hx = state_x_.forward(c), hb = state_b_.forward(c);  // (B, E), (B, N)
-    // C_last[n] exp(A S_p)[:, n], formed per patch from the patch's slices: slicing an
-    // (B, patches, E, N) tensor instead would cost a gradient of that whole size per patch.
-    const Tensor S_p = ops::squeeze(ops::narrow(step_sums, 1, p, 1), 1);                  // (B, E)
-    const Tensor reach_p = ops::squeeze(ops::narrow(C_last, 1, p, 1), 1) * ops::exp(ops::unsqueeze(S_p, 2) * A);  // (B, E, N)
-    const Tensor y_last = ops::squeeze(ops::narrow(y0_last, 1, p, 1), 1) +
-                          hx * ops::sum(reach_p * ops::unsqueeze(hb, 1), {2});
+    const Tensor y_last = y0_last[pu] + hx * ops::sum(reach[pu] * ops::unsqueeze(hb, 1), {2});
     const Tensor s = summarise(y_last);
-    summaries[static_cast<std::size_t>(p)] = s;
-    restricted[static_cast<std::size_t>(p)] = restrict_all(s);
+    summaries[pu] = s;
+    restricted[pu] = restrict_all(s);
     sections.push_back(c);
     state_x.push_back(hx);
     state_b.push_back(hb);

@@ -1,8 +1,14 @@
-// A plain double-precision re-implementation of TransformerLM and GrassmannLM, written
-// straight from PAPERS.md with loops (no ops, no tensors), used as the oracle for the
-// models' forward passes. It reads the model's parameters by name.
+// A plain double-precision re-implementation of the three models, written straight from
+// their equations (models/README.md) with loops (no ops, no tensors), used as the oracle
+// for the models' forward passes. It reads the model's parameters by name.
+//
+// SheafStateLM is written in its literal form: every patch is scanned token by token from
+// its glued state h0_p = (W_hx c_p) ⊗ (W_hb c_p), and the summary s_p is read off that
+// scan — none of the model's shortcuts (the zero-state scan plus the h0 term at the last
+// token, the patches scanned in parallel) is taken here.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -51,6 +57,7 @@ class ReferenceLM {
     Matrix h(L, std::vector<double>(d));
     for (std::int64_t t = 0; t < L; ++t)
       for (std::int64_t i = 0; i < d; ++i) h[t][i] = E[ids[t] * d + i] + P[t * d + i];
+    if (c_.model == "sheaf") return head(sheaf_blocks(h));
     for (std::int64_t layer = 0; layer < c_.layers; ++layer) {
       const std::string pre = "blocks." + std::to_string(layer) + ".";
       h = c_.model == "transformer" ? attention_sublayer(pre, h)
@@ -58,8 +65,18 @@ class ReferenceLM {
       Matrix f = linear(gelu(linear(h, pre + "ffn.w1")), pre + "ffn.w2");
       h = layer_norm(add(h, f), pre + "norm2");
     }
-    Matrix out(L, std::vector<double>(c_.vocab_size));
-    for (std::int64_t t = 0; t < L; ++t)
+    return head(h);
+  }
+
+ private:
+  const std::vector<double>& at(const std::string& name) const { return p_.at(name); }
+
+  // The tied head: logits = E h.
+  Matrix head(const Matrix& h) const {
+    const auto& E = at("token_embedding.weight");
+    const std::int64_t d = c_.d_model;
+    Matrix out(h.size(), std::vector<double>(c_.vocab_size));
+    for (std::size_t t = 0; t < h.size(); ++t)
       for (std::int64_t v = 0; v < c_.vocab_size; ++v) {
         double s = 0;
         for (std::int64_t i = 0; i < d; ++i) s += E[v * d + i] * h[t][i];
@@ -68,22 +85,32 @@ class ReferenceLM {
     return out;
   }
 
- private:
-  const std::vector<double>& at(const std::string& name) const { return p_.at(name); }
-
+  // x W^T (+ b when the module has a bias).
   Matrix linear(const Matrix& x, const std::string& module) const {
     const auto& W = at(module + ".weight");
-    const auto& b = at(module + ".bias");
-    const std::size_t out = b.size(), in = x[0].size();
+    const auto bias = p_.find(module + ".bias");
+    const std::size_t in = x[0].size(), out = W.size() / in;
     Matrix y(x.size(), std::vector<double>(out));
     for (std::size_t t = 0; t < x.size(); ++t)
       for (std::size_t o = 0; o < out; ++o) {
-        double s = b[o];
+        double s = bias != p_.end() ? bias->second[o] : 0.0;
         for (std::size_t i = 0; i < in; ++i) s += W[o * in + i] * x[t][i];
         y[t][o] = s;
       }
     return y;
   }
+  std::vector<double> linear(const std::vector<double>& x, const std::string& module) const {
+    return linear(Matrix{x}, module)[0];
+  }
+  static std::vector<double> softmax(std::vector<double> x) {
+    double top = -1e300, z = 0;
+    for (double v : x) top = std::max(top, v);
+    for (double& v : x) z += (v = std::exp(v - top));
+    for (double& v : x) v /= z;
+    return x;
+  }
+  static double silu(double v) { return v / (1.0 + std::exp(-v)); }
+  static double softplus(double v) { return v > 30 ? v : std::log1p(std::exp(v)); }
   static Matrix add(const Matrix& a, const Matrix& b) {
     Matrix y = a;
     for (std::size_t t = 0; t < a.size(); ++t)
@@ -95,19 +122,131 @@ class ReferenceLM {
       for (double& v : row) v = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
     return x;
   }
+  // LayerNorm over each row; module "" normalises without the affine part.
   Matrix layer_norm(Matrix x, const std::string& module) const {
-    const auto& g = at(module + ".gamma");
-    const auto& b = at(module + ".beta");
     for (auto& row : x) {
       double mean = 0, var = 0;
       for (double v : row) mean += v;
       mean /= double(row.size());
       for (double v : row) var += (v - mean) * (v - mean);
       var /= double(row.size());
-      for (std::size_t i = 0; i < row.size(); ++i)
-        row[i] = (row[i] - mean) / std::sqrt(var + 1e-5) * g[i] + b[i];
+      for (std::size_t i = 0; i < row.size(); ++i) {
+        row[i] = (row[i] - mean) / std::sqrt(var + 1e-5);
+        if (!module.empty()) row[i] = row[i] * at(module + ".gamma")[i] + at(module + ".beta")[i];
+      }
     }
     return x;
+  }
+
+  // ---- SheafStateLM ----------------------------------------------------------------
+
+  // Σ_k π_k R[j, k] s with π = softmax(W_type s + b): the restriction of s to distance j.
+  std::vector<double> restrict_to(const std::string& pre, const std::vector<double>& s, std::int64_t j) const {
+    const std::int64_t K = c_.types, ds = c_.section_dim;
+    const std::vector<double> pi = softmax(linear(s, pre + "type"));
+    const auto& R = at(pre + "restriction");
+    std::vector<double> r(static_cast<std::size_t>(ds), 0.0);
+    for (std::int64_t k = 0; k < K; ++k)
+      for (std::int64_t i = 0; i < ds; ++i) {
+        double v = 0;
+        for (std::int64_t m = 0; m < ds; ++m) v += R[static_cast<std::size_t>(((j * K + k) * ds + i) * ds + m)] * s[m];
+        r[i] += pi[k] * v;
+      }
+    return r;
+  }
+
+  // The scan of tokens [t0, t1) from the state h (E x N), token by token; returns y.
+  Matrix scan(const std::string& pre, const Matrix& u, const Matrix& dt, const Matrix& B, const Matrix& C,
+              std::int64_t t0, std::int64_t t1, Matrix h) const {
+    const std::int64_t E = std::int64_t(u[0].size()), N = c_.state_size;
+    const auto& A_log = at(pre + "A_log");
+    const auto& Dskip = at(pre + "D");
+    Matrix y;
+    for (std::int64_t t = t0; t < t1; ++t) {
+      std::vector<double> out(static_cast<std::size_t>(E));
+      for (std::int64_t e = 0; e < E; ++e) {
+        out[e] = Dskip[e] * u[t][e];
+        for (std::int64_t n = 0; n < N; ++n) {
+          const double A = -std::exp(A_log[e * N + n]);
+          h[e][n] = std::exp(dt[t][e] * A) * h[e][n] + dt[t][e] * u[t][e] * B[t][n];
+          out[e] += C[t][n] * h[e][n];
+        }
+      }
+      y.push_back(out);
+    }
+    return y;
+  }
+
+  Matrix sheaf_blocks(Matrix h) const {
+    const std::int64_t L = std::int64_t(h.size()), d = c_.d_model, E = 2 * d, N = c_.state_size, P = c_.patch;
+    const std::int64_t patches = (L + P - 1) / P, ds = c_.section_dim;
+    for (std::int64_t layer = 0; layer < c_.layers; ++layer) {
+      const std::string block = "blocks." + std::to_string(layer) + ".", pre = block + "mixer.";
+      const Matrix x = layer_norm(h, block + "norm1");
+      const Matrix xz = linear(x, pre + "in");
+      Matrix u(L, std::vector<double>(E)), dt(L, std::vector<double>(E));
+      for (std::int64_t t = 0; t < L; ++t)
+        for (std::int64_t e = 0; e < E; ++e) u[t][e] = silu(xz[t][e]);
+      const Matrix delta = linear(linear(u, pre + "dt_down"), pre + "dt_up");
+      for (std::int64_t t = 0; t < L; ++t)
+        for (std::int64_t e = 0; e < E; ++e) dt[t][e] = softplus(delta[t][e] + at(pre + "dt_bias")[e]);
+      const Matrix B = linear(u, pre + "B"), C = linear(u, pre + "C");
+
+      // The chain: patch by patch, the section from the covering patches' summaries, the
+      // patch scanned from the state it sets, the patch's summary from that scan.
+      Matrix y, sections, summaries;
+      for (std::int64_t p = 0; p < patches; ++p) {
+        const std::int64_t t0 = p * P, t1 = std::min(L, t0 + P);
+        Matrix cover;
+        for (std::int64_t j = 0; j < c_.cover_depth; ++j) {
+          const std::int64_t q = p - (std::int64_t{1} << j);
+          if (q < 0) break;
+          cover.push_back(restrict_to(pre, summaries[q], j));
+        }
+        if (c_.leaky) {  // the test-only leak: the patch's own zero-state summary joins its cover
+          const Matrix own = scan(pre, u, dt, B, C, t0, t1, Matrix(E, std::vector<double>(N, 0.0)));
+          cover.push_back(restrict_to(pre, layer_norm(Matrix{linear(own.back(), pre + "summary")}, "")[0], 0));
+        }
+        std::vector<double> c(static_cast<std::size_t>(ds), 0.0);
+        if (!cover.empty()) {
+          const std::vector<double> query = linear(p > 0 ? summaries[p - 1] : cover.back(), pre + "query");
+          std::vector<double> scores;
+          for (const auto& r : cover) {
+            double dot = 0;
+            for (std::int64_t i = 0; i < ds; ++i) dot += r[i] * query[i];
+            scores.push_back(dot / std::sqrt(double(ds)));
+          }
+          const std::vector<double> a = softmax(scores);
+          for (std::size_t m = 0; m < cover.size(); ++m)
+            for (std::int64_t i = 0; i < ds; ++i) c[i] += a[m] * cover[m][i];
+        }
+        const std::vector<double> hx = linear(c, pre + "state_x"), hb = linear(c, pre + "state_b");
+        Matrix h0(E, std::vector<double>(N));
+        for (std::int64_t e = 0; e < E; ++e)
+          for (std::int64_t n = 0; n < N; ++n) h0[e][n] = hx[e] * hb[n];
+        const Matrix y_patch = scan(pre, u, dt, B, C, t0, t1, h0);
+        y.insert(y.end(), y_patch.begin(), y_patch.end());
+        summaries.push_back(layer_norm(Matrix{linear(y_patch.back(), pre + "summary")}, "")[0]);
+        sections.push_back(c);
+      }
+      Matrix gated(L, std::vector<double>(E));
+      for (std::int64_t t = 0; t < L; ++t)
+        for (std::int64_t e = 0; e < E; ++e) gated[t][e] = y[t][e] * silu(xz[t][E + e]);
+      h = add(h, linear(gated, pre + "out"));
+
+      // Each patch's tokens through the expert its section chose, scaled by its probability.
+      const Matrix x2 = layer_norm(h, block + "norm2");
+      for (std::int64_t p = 0; p < patches; ++p) {
+        const std::vector<double> probs = softmax(linear(sections[p], block + "router"));
+        const std::size_t k = std::size_t(std::max_element(probs.begin(), probs.end()) - probs.begin());
+        const std::string expert = block + "experts." + std::to_string(k) + ".";
+        for (std::int64_t t = p * P; t < std::min(L, (p + 1) * P); ++t) {
+          const std::vector<double> f = linear(gelu(Matrix{linear(x2[t], expert + "w1")})[0], expert + "w2");
+          for (std::int64_t i = 0; i < d; ++i) h[t][i] += probs[k] * f[i];
+        }
+      }
+    }
+    return layer_norm(h, "final_norm");
   }
 
   // h = LN(h + W_O concat_heads(softmax(q k^T / sqrt(dh), causal) v) + b_O)

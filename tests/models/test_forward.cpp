@@ -29,6 +29,12 @@ LMConfig tiny(const std::string& model) {
   c.dropout = 0.0;
   c.rank = 4;
   c.windows = {1, 3};
+  c.patch = 4;  // SheafStateLM: 9 tokens are two full patches and one of a single token
+  c.cover_depth = 3;
+  c.types = 2;
+  c.state_size = 3;
+  c.section_dim = 4;
+  c.expert_d_ff = 6;
   c.seed = 7;
   return c;
 }
@@ -110,8 +116,28 @@ TEST_CASE("GrassmannLM matches the reference equations") {
   }
 }
 
+TEST_CASE("SheafStateLM matches the reference equations (each patch scanned from its glued state)") {
+  LMConfig c = tiny("sheaf");
+  SUBCASE("L not a multiple of P") { CHECK(max_error_against_reference(c, 9) < 2e-4); }
+  SUBCASE("shorter than one patch") { CHECK(max_error_against_reference(c, 3) < 2e-4); }
+  SUBCASE("P = 1: every token its own patch, the cover reaching 4 back") {
+    c.patch = 1;
+    CHECK(max_error_against_reference(c, 9) < 2e-4);
+  }
+  SUBCASE("cover depth 1, one type, one state") {
+    c.cover_depth = 1;
+    c.types = 1;
+    c.state_size = 1;
+    CHECK(max_error_against_reference(c, 9) < 2e-4);
+  }
+  SUBCASE("leaky variant: the patch's own summary in its cover") {
+    c.leaky = true;
+    CHECK(max_error_against_reference(c, 9) < 2e-4);
+  }
+}
+
 TEST_CASE("forward checks its input") {
-  for (const char* kind : {"transformer", "grassmann"}) {
+  for (const char* kind : {"transformer", "grassmann", "sheaf"}) {
     auto model = models::make_model(tiny(kind));
     CHECK_THROWS_AS(model->forward(Tensor::zeros({2, 10}, DType::I32)), std::invalid_argument);
     CHECK_THROWS_AS(model->forward(Tensor::zeros({2, 4}, DType::F32)), std::invalid_argument);
@@ -121,7 +147,7 @@ TEST_CASE("forward checks its input") {
 }
 
 TEST_CASE("the same seed builds the same model; another seed a different one") {
-  for (const char* kind : {"transformer", "grassmann"}) {
+  for (const char* kind : {"transformer", "grassmann", "sheaf"}) {
     LMConfig c = tiny(kind);
     auto a = models::make_model(c), b = models::make_model(c);
     c.seed += 1;
@@ -139,7 +165,7 @@ TEST_CASE("the same seed builds the same model; another seed a different one") {
 }
 
 TEST_CASE("the output head is the token table: gradient reaches rows of unseen tokens") {
-  for (const char* kind : {"transformer", "grassmann"}) {
+  for (const char* kind : {"transformer", "grassmann", "sheaf"}) {
     CAPTURE(kind);
     LMConfig c = tiny(kind);
     auto model = models::make_model(c);
@@ -185,10 +211,12 @@ TEST_CASE("the output head is the token table: gradient reaches rows of unseen t
   }
 }
 
-TEST_CASE("gradients of every parameter tensor match central differences (both models)") {
+TEST_CASE("gradients of every parameter tensor match central differences (all three models)") {
   // In particular GrassmannLM's mixing output: it folds W_o W_plü into one matrix before
-  // the token GEMM, so W_o, b_o, W_plü and b_plü get their gradients through that fold.
-  for (const char* kind : {"transformer", "grassmann"}) {
+  // the token GEMM, so W_o, b_o, W_plü and b_plü get their gradients through that fold;
+  // and SheafStateLM's A_log, D, dt_bias and restriction bank, which reach the loss only
+  // through the scans and the chain over patches.
+  for (const char* kind : {"transformer", "grassmann", "sheaf"}) {
     CAPTURE(kind);
     LMConfig c = tiny(kind);
     auto model = models::make_model(c);
@@ -203,8 +231,9 @@ TEST_CASE("gradients of every parameter tensor match central differences (both m
     loss().backward();
     for (const auto& [name, p] : model->named_parameters()) {
       CAPTURE(name);
-      const std::vector<float> grad = p.grad().to_vector<float>();
       std::vector<float> values = p.to_vector<float>();
+      // An expert no patch was routed to gets no gradient: its derivative is 0.
+      const std::vector<float> grad = p.grad().defined() ? p.grad().to_vector<float>() : std::vector<float>(values.size());
       // Two entries per tensor: the first and one in the middle.
       for (std::size_t k : {std::size_t{0}, values.size() / 2}) {
         const float original = values[k], h = 1e-2f;
@@ -223,7 +252,7 @@ TEST_CASE("gradients of every parameter tensor match central differences (both m
 }
 
 TEST_CASE("dropout: active in training, off in eval, reproducible from the seed") {
-  for (const char* kind : {"transformer", "grassmann"}) {
+  for (const char* kind : {"transformer", "grassmann", "sheaf"}) {
     CAPTURE(kind);
     LMConfig c = tiny(kind);
     c.dropout = 0.3;

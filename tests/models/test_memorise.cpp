@@ -1,5 +1,6 @@
 // A tiny model of each kind memorises one batch: the whole training path (forward,
-// cross-entropy, backward through every op of the model, AdamW) works together.
+// cross-entropy and the model's auxiliary losses, backward through every op of the model,
+// AdamW) works together.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -27,6 +28,11 @@ double train_on_one_batch(const std::string& kind, int steps, double* first_loss
   c.dropout = 0.0;
   c.rank = 6;
   c.windows = {1, 2, 4};
+  c.patch = 4;  // SheafStateLM: four patches per sequence
+  c.types = 2;
+  c.state_size = 4;
+  c.section_dim = 8;
+  c.expert_d_ff = 32;
   c.seed = 3;
   auto model = models::make_model(c);
 
@@ -54,7 +60,8 @@ double train_on_one_batch(const std::string& kind, int steps, double* first_loss
     loss = l.item();
     if (step == 0) *first_loss = loss;
     REQUIRE(std::isfinite(loss));
-    l.backward();
+    const Tensor aux = model->auxiliary_loss();  // SheafStateLM's gluing and balance terms
+    (aux.defined() ? l + aux : l).backward();
     opt.step();
     if (loss < 0.02) {
       MESSAGE(kind << ": loss " << loss << " after " << step + 1 << " steps");
@@ -76,6 +83,13 @@ TEST_CASE("a tiny TransformerLM memorises one batch") {
 TEST_CASE("a tiny GrassmannLM memorises one batch") {
   double first = 0;
   const double last = train_on_one_batch("grassmann", 300, &first);
+  CHECK(first == doctest::Approx(std::log(24.0)).epsilon(0.05));
+  CHECK(last < 0.05);
+}
+
+TEST_CASE("a tiny SheafStateLM memorises one batch") {
+  double first = 0;
+  const double last = train_on_one_batch("sheaf", 300, &first);
   CHECK(first == doctest::Approx(std::log(24.0)).epsilon(0.05));
   CHECK(last < 0.05);
 }
