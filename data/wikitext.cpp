@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -19,11 +20,12 @@ namespace {
 // cache files are seen as stale.
 constexpr std::uint64_t kRecipeVersion = 1;
 
-std::string read_whole_file(const std::filesystem::path& path) {
+std::string read_whole_file(const std::filesystem::path& path, const std::string& missing_message) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(missing_file_message(path, "WikiText-2"));
+  if (!in) throw std::runtime_error(missing_message);
   std::ostringstream buffer;
   buffer << in.rdbuf();
+  if (in.bad()) throw std::runtime_error(fmt::format("{}: read error", path.string()));
   return std::move(buffer).str();
 }
 
@@ -157,6 +159,45 @@ std::vector<std::int32_t> tokenize_wikitext_text(std::string_view text, WikiText
   return ids;
 }
 
+namespace {
+
+// A file's text tokenized the `release` way, through the cache file `cache_name` in
+// `cache_dir` (none when empty).
+TokenStream tokenize_file_cached(const std::filesystem::path& path, const std::string& missing_message,
+                                 WikiTextRelease release, bool detokenize_artifacts, const Tokenizer& tokenizer,
+                                 const std::filesystem::path& cache_dir,
+                                 const std::function<std::string(const TokenCacheKey&)>& cache_name, unsigned threads) {
+  TokenStream stream;
+  stream.source = path;
+  stream.release = release;
+  const std::string text = read_whole_file(path, missing_message);
+  stream.bytes = text.size();
+  stream.lines = count_lines(text);
+
+  const TokenCacheKey key{Fnv1a64().add(text.data(), text.size()).value(), tokenizer.vocab().content_hash(),
+                          options_hash(tokenizer, release, detokenize_artifacts)};
+  std::filesystem::path cache_file;
+  if (!cache_dir.empty()) {
+    cache_file = cache_dir / cache_name(key);
+    stream.cache = read_token_cache(cache_file, key, stream.ids);
+  }
+  if (stream.cache != CacheStatus::kHit) {
+    stream.ids = tokenize_wikitext_text(text, release, tokenizer, detokenize_artifacts, threads);
+    if (!cache_file.empty()) {
+      try {
+        write_token_cache(cache_file, key, stream.ids);
+      } catch (const std::exception& e) {
+        stream.cache_note = e.what();  // caching is an optimisation: go on without it
+      }
+    }
+  }
+  const std::int32_t unk = tokenizer.vocab().unk_id();
+  stream.unk_count = static_cast<std::size_t>(std::count(stream.ids.begin(), stream.ids.end(), unk));
+  return stream;
+}
+
+}  // namespace
+
 TokenStream load_wikitext_split(const std::filesystem::path& dir, WikiTextSplit split, const Tokenizer& tokenizer,
                                 const WikiTextOptions& options) {
   std::error_code ec;
@@ -172,33 +213,26 @@ TokenStream load_wikitext_split(const std::filesystem::path& dir, WikiTextSplit 
                                          to_string(split), to_string(split), expected, dir.string(),
                                          how_to_get("WikiText-2")));
   }
-  TokenStream stream;
-  stream.source = file->path;
-  stream.release = file->release;
-  const std::string text = read_whole_file(file->path);
-  stream.bytes = text.size();
-  stream.lines = count_lines(text);
+  return tokenize_file_cached(
+      file->path, missing_file_message(file->path, "WikiText-2"), file->release, options.detokenize_artifacts, tokenizer,
+      options.cache_dir,
+      [&](const TokenCacheKey& key) {
+        return fmt::format("wikitext2-{}-{}-{:016x}.ids", to_string(split), to_string(file->release), key.vocab_hash);
+      },
+      options.threads);
+}
 
-  const TokenCacheKey key{Fnv1a64().add(text.data(), text.size()).value(), tokenizer.vocab().content_hash(),
-                          options_hash(tokenizer, file->release, options.detokenize_artifacts)};
-  std::filesystem::path cache_file;
-  if (!options.cache_dir.empty()) {
-    cache_file = options.cache_dir / fmt::format("wikitext2-{}-{}-{:016x}.ids", to_string(split),
-                                                 to_string(file->release), key.vocab_hash);
-    stream.cache = read_token_cache(cache_file, key, stream.ids);
-  }
-  if (stream.cache != CacheStatus::kHit) {
-    stream.ids = tokenize_wikitext_text(text, file->release, tokenizer, options.detokenize_artifacts, options.threads);
-    if (!cache_file.empty()) {
-      try {
-        write_token_cache(cache_file, key, stream.ids);
-      } catch (const std::exception& e) {
-        stream.cache_note = e.what();  // caching is an optimisation: go on without it
-      }
-    }
-  }
-  const std::int32_t unk = tokenizer.vocab().unk_id();
-  stream.unk_count = static_cast<std::size_t>(std::count(stream.ids.begin(), stream.ids.end(), unk));
+TokenStream load_text_file(const std::filesystem::path& file, const Tokenizer& tokenizer, const TextFileOptions& options) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(file, ec))
+    throw std::runtime_error(fmt::format("text file not found: {}", file.string()));
+  TokenStream stream = tokenize_file_cached(
+      file, fmt::format("cannot open text file {}", file.string()), WikiTextRelease::kRaw, false, tokenizer,
+      options.cache_dir,
+      [](const TokenCacheKey& key) { return fmt::format("text-{:016x}-{:016x}.ids", key.text_hash, key.vocab_hash); },
+      options.threads);
+  if (stream.ids.empty())
+    throw std::runtime_error(fmt::format("{}: holds no tokens ({} bytes of text)", file.string(), stream.bytes));
   return stream;
 }
 

@@ -1,4 +1,5 @@
-// WikiText-2 as one stream of token ids per split, and the language-model batches cut from it.
+// WikiText-2 (or any text file) as one stream of token ids per split, and the
+// language-model batches cut from it.
 //
 // Files: the raw release (wiki.{train,valid,test}.raw) or the tokenized release
 // (wiki.{train,valid,test}.tokens). The raw release is preferred when both are there: the
@@ -73,6 +74,20 @@ TokenStream load_wikitext_split(const std::filesystem::path& dir, WikiTextSplit 
 std::vector<std::int32_t> tokenize_wikitext_text(std::string_view text, WikiTextRelease release,
                                                  const Tokenizer& tokenizer, bool detokenize_artifacts,
                                                  unsigned threads = 1);
+
+// ---- any text file ----------------------------------------------------------------------
+
+// A UTF-8 text file of the user's for the language models, tokenized as it is — the way of
+// the raw release: line breaks are whitespace, nothing is added between lines — through the
+// same cache (keyed by the text, so every distinct file has its own cache entry).
+struct TextFileOptions {
+  std::filesystem::path cache_dir = default_cache_dir();  // empty: no cache
+  unsigned threads = 0;                                    // for tokenizing; 0 = all cores
+};
+
+// Throws std::runtime_error naming the file when it is missing, unreadable or holds no tokens.
+TokenStream load_text_file(const std::filesystem::path& file, const Tokenizer& tokenizer,
+                           const TextFileOptions& options = {});
 
 // ---- language-model batches -------------------------------------------------------------
 

@@ -29,10 +29,20 @@ namespace fs = std::filesystem;
 namespace {
 
 void add_data_flags(CLI::App* cmd, CorpusSpec& spec) {
-  cmd->add_option("--data", spec.data, "Dataset: wikitext2, or omit for the built-in synthetic corpus")
-      ->check(CLI::IsMember({"wikitext2", "synthetic"}));
+  cmd->add_option("--data", spec.data,
+                  "Dataset: wikitext2, text (your own files: --train, --valid, --test, --vocab), or omit for the "
+                  "built-in synthetic corpus")
+      ->check(CLI::IsMember({"wikitext2", "text", "synthetic"}));
   cmd->add_option("--data-dir", spec.data_dir, "Directory with wiki.{train,valid,test}.raw or .tokens (WikiText-2)");
+  cmd->add_option("--train", spec.train_file,
+                  "--data text: the UTF-8 text file to train on (any size; tokenized once, then cached)");
+  cmd->add_option("--valid", spec.valid_file,
+                  "--data text: the validation file (default: the last 5 % of the training file's tokens)");
+  cmd->add_option("--test", spec.test_file, "--data text: a test file, for `wedge eval --split test`");
 }
+
+// The corpus a run was trained on, as its config.json records it.
+CorpusSpec corpus_spec_of(const LoadedRun& run) { return CorpusSpec::read_from(run.settings); }
 
 double peak_rss_mb() {
   rusage ru{};
@@ -41,7 +51,7 @@ double peak_rss_mb() {
 }
 
 void register_train(CLI::App& app) {
-  auto* cmd = app.add_subcommand("train", "Train a language model (WikiText-2 or the built-in synthetic corpus)");
+  auto* cmd = app.add_subcommand("train", "Train a language model (WikiText-2, your own text, or the built-in synthetic corpus)");
   auto flags = std::make_shared<ModelFlags>();
   auto st = std::make_shared<TrainSettings>();
   add_model_flags(*cmd, *flags);
@@ -65,6 +75,9 @@ void register_train(CLI::App& app) {
   cmd->callback([flags, st, cmd] {
     models::LMConfig cfg = flags->values;
     if (!flags->vocab_file.empty()) st->corpus.vocab = flags->vocab_file;
+    if (st->corpus.data != "text")
+      for (const char* flag : {"--train", "--valid", "--test"})
+        if (cmd->count(flag) > 0) throw CLI::ValidationError(flag, "is for --data text only");
     if (flags->no_mix_out_proj) cfg.mix_out_proj = false;
     const bool synthetic = st->corpus.data.empty() || st->corpus.data == "synthetic";
     if (synthetic && cmd->count("--block") == 0 && !st->resume) cfg.block = 64;  // the built-in default job
@@ -123,12 +136,8 @@ void register_eval(CLI::App& app) {
   cmd->add_flag("--json", *json, "Print one JSON object");
   cmd->callback([=] {
     LoadedRun run = load_run(*run_dir, *which, Device::parse(*device));
-    CorpusSpec s = *spec;
-    s.data = run.settings.value("data", std::string());
-    if (s.data == "synthetic") s.data.clear();
-    if (s.data_dir.empty()) s.data_dir = run.settings.value("data_dir", std::string());
-    s.vocab = run.settings.value("vocab", std::string());
-    s.seed = run.settings.value("seed", std::uint64_t{0});
+    CorpusSpec s = corpus_spec_of(run);
+    if (!spec->data_dir.empty()) s.data_dir = spec->data_dir;
     s.load_train = *split == "train";
     Corpus corpus = load_corpus(s);
     const std::int64_t block = run.settings.value("block", run.config.block);
@@ -161,12 +170,7 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--seed", *seed, "Sampling seed (same seed, same text)")->capture_default_str();
   cmd->callback([=] {
     LoadedRun run = load_run(*run_dir, "best", Device::parse(*device));
-    CorpusSpec s;
-    s.data = run.settings.value("data", std::string());
-    if (s.data == "synthetic") s.data.clear();
-    s.data_dir = run.settings.value("data_dir", std::string());
-    s.vocab = run.settings.value("vocab", std::string());
-    s.seed = run.settings.value("seed", std::uint64_t{0});
+    CorpusSpec s = corpus_spec_of(run);
     s.load_train = false;
     Corpus corpus = load_corpus(s);
     auto ids = generate_tokens(*run.model, corpus.encode(*prompt), *max_new, *temperature, *top_k, *seed);

@@ -1,17 +1,51 @@
 #include "tools/corpus.h"
 
+#include <filesystem>
 #include <memory>
 #include <stdexcept>
+
+#include <nlohmann/json.hpp>
 
 #include "data/synthetic.h"
 
 namespace wedge::tools {
 
 const std::vector<std::int32_t>& Corpus::split(const std::string& which) const {
-  if (which == "train") return train;
-  if (which == "valid") return valid;
-  if (which == "test") return test;
-  throw std::runtime_error("unknown split '" + which + "' (expected train, valid or test)");
+  const std::vector<std::int32_t>* ids = which == "train"   ? &train
+                                         : which == "valid" ? &valid
+                                         : which == "test"  ? &test
+                                                            : nullptr;
+  if (ids == nullptr) throw std::runtime_error("unknown split '" + which + "' (expected train, valid or test)");
+  if (ids->empty() && name == "text" && which == "test")
+    throw std::runtime_error("this run has no test split: it was trained with --data text without --test FILE");
+  return *ids;
+}
+
+void CorpusSpec::write_to(nlohmann::json& settings) const {
+  auto absolute = [](const std::string& path) {
+    return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
+  };
+  settings["data"] = data.empty() ? "synthetic" : data;
+  settings["data_dir"] = data_dir;
+  settings["vocab"] = vocab;
+  if (data == "text") {
+    settings["train_file"] = absolute(train_file);
+    settings["valid_file"] = absolute(valid_file);
+    settings["test_file"] = absolute(test_file);
+  }
+}
+
+CorpusSpec CorpusSpec::read_from(const nlohmann::json& settings) {
+  CorpusSpec s;
+  s.data = settings.value("data", std::string());
+  if (s.data == "synthetic") s.data.clear();
+  s.data_dir = settings.value("data_dir", std::string());
+  s.vocab = settings.value("vocab", std::string());
+  s.train_file = settings.value("train_file", std::string());
+  s.valid_file = settings.value("valid_file", std::string());
+  s.test_file = settings.value("test_file", std::string());
+  s.seed = settings.value("seed", std::uint64_t{0});
+  return s;
 }
 
 namespace {
@@ -34,7 +68,9 @@ Corpus synthetic_corpus(std::uint64_t seed) {
 Corpus load_corpus(const CorpusSpec& spec) {
   if (spec.data.empty() || spec.data == "synthetic") return synthetic_corpus(spec.seed);
   if (spec.data == "wikitext2") return wikitext2_corpus(spec);
-  throw std::runtime_error("unknown --data '" + spec.data + "' (expected wikitext2, or omit it for the synthetic corpus)");
+  if (spec.data == "text") return text_corpus(spec);
+  throw std::runtime_error("unknown --data '" + spec.data +
+                           "' (expected wikitext2 or text, or omit it for the synthetic corpus)");
 }
 
 }  // namespace wedge::tools

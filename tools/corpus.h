@@ -7,31 +7,49 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace wedge::tools {
 
 struct Corpus {
-  std::string name;  // "synthetic" | "wikitext2"
+  std::string name;  // "synthetic" | "wikitext2" | "text"
   std::int64_t vocab_size = 0;
   std::vector<std::int32_t> train, valid, test;
   std::function<std::vector<std::int32_t>(const std::string&)> encode;
   std::function<std::string(const std::vector<std::int32_t>&)> decode;
 
-  const std::vector<std::int32_t>& split(const std::string& name) const;  // train|valid|test
+  std::vector<std::string> notes;  // how the splits were formed, when the user should know
+
+  // The split by name (train | valid | test); throws naming what is missing when the
+  // corpus has no such split (a text corpus trained without --test).
+  const std::vector<std::int32_t>& split(const std::string& name) const;
 };
 
 struct CorpusSpec {
-  std::string data;      // "" or "synthetic" -> the built-in corpus; "wikitext2"
+  std::string data;      // "" or "synthetic" -> the built-in corpus; "wikitext2"; "text"
   std::string data_dir;  // for wikitext2
-  std::string vocab;     // vocab.txt for wikitext2 (default: <data_dir>/../bert-base-uncased-vocab.txt if present)
+  std::string vocab;     // vocab.txt (wikitext2 default: <data_dir>/../bert-base-uncased-vocab.txt if present)
+  // --data text: the user's files. Without a validation file, the last
+  // kCarvedValidFraction of the training file's tokens become the validation split.
+  std::string train_file, valid_file, test_file;
   std::uint64_t seed = 0;
   bool load_train = true;  // eval/generate skip tokenizing the training split
+
+  // The fields a run folder records (config.json "train": data, data_dir, vocab and the
+  // text files, as absolute paths), and the spec read back from them.
+  void write_to(nlohmann::json& settings) const;
+  static CorpusSpec read_from(const nlohmann::json& settings);
 };
+
+inline constexpr double kCarvedValidFraction = 0.05;
 
 // Loads (and for WikiText-2 tokenizes, through the data room's cache) the corpus.
 // Throws std::runtime_error naming the missing file/flag.
 Corpus load_corpus(const CorpusSpec& spec);
 
-// WikiText-2 through the data room's loader, tokenizer and cache (tools/corpus_wikitext.cpp).
+// WikiText-2 through the data room's loader, tokenizer and cache, and the user's text files
+// through the same tokenizer and cache (tools/corpus_wikitext.cpp).
 Corpus wikitext2_corpus(const CorpusSpec& spec);
+Corpus text_corpus(const CorpusSpec& spec);
 
 }  // namespace wedge::tools

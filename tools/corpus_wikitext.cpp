@@ -1,7 +1,11 @@
-// WikiText-2 for the training tools: the data room tokenizes each split (through its
-// cache) with the BERT WordPiece tokenizer; prompts and samples go through the same one.
+// WikiText-2 and the user's own text for the training tools: the data room tokenizes each
+// split (through its cache) with a WordPiece tokenizer; prompts and samples go through the
+// same one.
+#include <cmath>
 #include <memory>
 #include <stdexcept>
+
+#include <fmt/format.h>
 
 #include "data/tokenizer.h"
 #include "data/wikitext.h"
@@ -20,6 +24,38 @@ Corpus wikitext2_corpus(const CorpusSpec& spec) {
   if (spec.load_train) c.train = data::load_wikitext_split(spec.data_dir, data::WikiTextSplit::kTrain, *tok).ids;
   c.valid = data::load_wikitext_split(spec.data_dir, data::WikiTextSplit::kValid, *tok).ids;
   c.test = data::load_wikitext_split(spec.data_dir, data::WikiTextSplit::kTest, *tok).ids;
+  c.encode = [tok](const std::string& text) { return tok->encode(text); };
+  c.decode = [tok](const std::vector<std::int32_t>& ids) { return tok->decode(ids); };
+  return c;
+}
+
+Corpus text_corpus(const CorpusSpec& spec) {
+  if (spec.train_file.empty())
+    throw std::runtime_error("--data text needs --train FILE (UTF-8 text; --valid FILE and --test FILE are optional)");
+  if (spec.vocab.empty())
+    throw std::runtime_error("--data text needs --vocab FILE: a WordPiece vocab.txt (the BERT-uncased one, or one "
+                             "learnt from your text with `wedge vocab train`)");
+  auto tok = std::make_shared<data::Tokenizer>(data::Tokenizer::from_file(spec.vocab));
+  Corpus c;
+  c.name = "text";
+  c.vocab_size = tok->vocab().size();
+  // The training file is read when it is trained on, and whenever the validation split is
+  // carved from it.
+  if (spec.load_train || spec.valid_file.empty()) c.train = data::load_text_file(spec.train_file, *tok).ids;
+  if (!spec.valid_file.empty()) {
+    c.valid = data::load_text_file(spec.valid_file, *tok).ids;
+  } else {
+    const auto n = static_cast<std::int64_t>(c.train.size());
+    const auto carved = static_cast<std::int64_t>(std::ceil(kCarvedValidFraction * double(n)));
+    if (n - carved < 2 || carved < 2)
+      throw std::runtime_error(fmt::format("{}: {} tokens are too few to carve a validation split from; give --valid FILE",
+                                           spec.train_file, n));
+    c.valid.assign(c.train.end() - carved, c.train.end());
+    c.train.resize(static_cast<std::size_t>(n - carved));
+    c.notes.push_back(fmt::format("validation: the last {:.0f} % of {} ({} tokens), as no --valid FILE was given",
+                                  100 * kCarvedValidFraction, spec.train_file, carved));
+  }
+  if (!spec.test_file.empty()) c.test = data::load_text_file(spec.test_file, *tok).ids;
   c.encode = [tok](const std::string& text) { return tok->encode(text); };
   c.decode = [tok](const std::vector<std::int32_t>& ids) { return tok->decode(ids); };
   return c;

@@ -73,10 +73,7 @@ std::string fmt_duration(double seconds) {
 }  // namespace
 
 nlohmann::json TrainSettings::to_json() const {
-  return {{"data", corpus.data.empty() ? "synthetic" : corpus.data},
-          {"data_dir", corpus.data_dir},
-          {"vocab", corpus.vocab},
-          {"epochs", epochs},
+  nlohmann::json j = {{"epochs", epochs},
           {"batch", batch},
           {"block", block},
           {"lr", lr},
@@ -88,6 +85,8 @@ nlohmann::json TrainSettings::to_json() const {
           {"max_steps", max_steps},
           {"eval_every", eval_every},
           {"device", device}};
+  corpus.write_to(j);
+  return j;
 }
 
 // ---- evaluation --------------------------------------------------------------------------------
@@ -175,9 +174,12 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
       throw std::runtime_error("train --resume: cannot read " + config_path + ": " + e.what());
     }
     const auto& t = resumed_settings;
-    st.corpus.data = t.value("data", st.corpus.data);
-    st.corpus.data_dir = st.corpus.data_dir.empty() ? t.value("data_dir", std::string()) : st.corpus.data_dir;
-    st.corpus.vocab = st.corpus.vocab.empty() ? t.value("vocab", std::string()) : st.corpus.vocab;
+    // The run's data, except a --data-dir or --vocab given now (the files may have moved).
+    const CorpusSpec recorded = CorpusSpec::read_from(t);
+    const std::string data_dir = st.corpus.data_dir, vocab = st.corpus.vocab;
+    st.corpus = recorded;
+    if (!data_dir.empty()) st.corpus.data_dir = data_dir;
+    if (!vocab.empty()) st.corpus.vocab = vocab;
     st.epochs = t.value("epochs", st.epochs);
     st.batch = t.value("batch", st.batch);
     st.block = t.value("block", st.block);
@@ -211,6 +213,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   config.validate();
   say(fmt::format("data: {} - {} train / {} valid tokens, vocabulary {} ({:.1f}s)", corpus.name, corpus.train.size(),
                   corpus.valid.size(), corpus.vocab_size, std::chrono::duration<double>(Clock::now() - t_load).count()));
+  for (const std::string& note : corpus.notes) say("data: " + note);
 
   const Device device = Device::parse(st.device);
   auto model = models::make_model(config);

@@ -298,3 +298,31 @@ TEST_CASE("real WikiText-2: line counts of both releases, token counts of bert-b
   const TokenStream test = load_wikitext_split(kSharedData, WikiTextSplit::kTest, bert, tokens_release);
   CHECK(test.lines == 4358);
 }
+
+TEST_CASE("a text file of one's own: tokenized as one text, cached by content, bad files named") {
+  ScratchDir dir("textfile");
+  const Tokenizer t = toy_tokenizer();
+  write_file(dir.path / "mine.txt", "The cat sat\non the mat .\n\nthe cat");
+  TextFileOptions options;
+  options.cache_dir = dir.path / "cache";
+  const TokenStream first = load_text_file(dir.path / "mine.txt", t, options);
+  CHECK(first.ids == Ids{5, 6, 7, 8, 5, 9, 14, 5, 6});
+  CHECK(first.ids == t.encode("The cat sat\non the mat .\n\nthe cat"));
+  CHECK(first.lines == 4);
+  CHECK(first.cache == CacheStatus::kMissing);
+  CHECK(load_text_file(dir.path / "mine.txt", t, options).cache == CacheStatus::kHit);
+  // Another file with the same text shares the entry; a changed text gets its own.
+  write_file(dir.path / "copy.txt", "The cat sat\non the mat .\n\nthe cat");
+  CHECK(load_text_file(dir.path / "copy.txt", t, options).cache == CacheStatus::kHit);
+  write_file(dir.path / "mine.txt", "the mat");
+  const TokenStream changed = load_text_file(dir.path / "mine.txt", t, options);
+  CHECK(changed.cache == CacheStatus::kMissing);
+  CHECK(changed.ids == Ids{5, 9});
+
+  CHECK_THROWS_WITH_AS(load_text_file(dir.path / "absent.txt", t, options), doctest::Contains("absent.txt"),
+                       std::runtime_error);
+  CHECK_THROWS_WITH_AS(load_text_file(dir.path, t, options), doctest::Contains("not found"), std::runtime_error);
+  write_file(dir.path / "blank.txt", " \n\n \t\n");
+  CHECK_THROWS_WITH_AS(load_text_file(dir.path / "blank.txt", t, options), doctest::Contains("holds no tokens"),
+                       std::runtime_error);
+}

@@ -168,3 +168,60 @@ TEST_CASE("bad settings are clear errors") {
   w.corpus.data_dir = temp_dir("no_such_dir");
   CHECK_THROWS_AS(train(tiny("transformer"), w), std::runtime_error);
 }
+
+TEST_CASE("--data text: one's own files, a validation split carved when none is given, recorded in the run") {
+  const fs::path dir = temp_dir("textdata");
+  fs::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name) << text;
+    return (dir / name).string();
+  };
+  const std::string vocab = write("vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\ncat\nsat\non\nmat\n.\n");
+  std::string text;
+  for (int i = 0; i < 100; ++i) text += i % 3 == 0 ? "the cat sat on the mat .\n" : "the mat sat on the cat .\n";
+  const std::string train_file = write("mine.txt", text), test_file = write("test.txt", "the cat sat .\n");
+
+  CorpusSpec spec;
+  spec.data = "text";
+  spec.vocab = vocab;
+  spec.train_file = train_file;
+  const Corpus carved = load_corpus(spec);
+  CHECK(carved.name == "text");
+  CHECK(carved.vocab_size == 10);
+  CHECK(carved.train.size() + carved.valid.size() == 700);  // 7 tokens a line
+  CHECK(carved.valid.size() == 35);                          // ceil(5 % of 700)
+  REQUIRE(carved.notes.size() == 1);
+  CHECK(carved.notes[0].find("last 5 %") != std::string::npos);
+  CHECK_THROWS_WITH_AS(carved.split("test"), doctest::Contains("--test"), std::runtime_error);
+
+  TrainSettings s = settings(temp_dir("textrun"), 3);
+  s.corpus = spec;
+  s.corpus.test_file = test_file;
+  train(tiny("transformer"), s);
+  LoadedRun run = load_run(s.out, "last");
+  CorpusSpec recorded = CorpusSpec::read_from(run.settings);
+  CHECK(recorded.data == "text");
+  CHECK(fs::path(recorded.train_file).is_absolute());
+  CHECK(fs::equivalent(recorded.train_file, train_file));
+  recorded.load_train = false;  // eval: the training file is still read, to carve the validation split
+  const Corpus again = load_corpus(recorded);
+  CHECK(again.valid == carved.valid);
+  CHECK(again.test.size() == 4);
+
+  spec.valid_file = test_file;  // an explicit validation file: nothing is carved
+  const Corpus explicit_valid = load_corpus(spec);
+  CHECK(explicit_valid.train.size() == 700);
+  CHECK(explicit_valid.notes.empty());
+
+  CorpusSpec bad = spec;
+  bad.vocab.clear();
+  CHECK_THROWS_WITH_AS(load_corpus(bad), doctest::Contains("--vocab"), std::runtime_error);
+  bad = spec;
+  bad.train_file.clear();
+  CHECK_THROWS_WITH_AS(load_corpus(bad), doctest::Contains("--train FILE"), std::runtime_error);
+  bad = CorpusSpec{};
+  bad.data = "text";
+  bad.vocab = vocab;
+  bad.train_file = write("tiny.txt", "the cat");
+  CHECK_THROWS_WITH_AS(load_corpus(bad), doctest::Contains("too few to carve"), std::runtime_error);
+}
