@@ -13,20 +13,6 @@ LMConfig validated(const LMConfig& config) {
   return config;
 }
 
-// "blocks.3.attention.qkv.weight" -> "attention.qkv"; "token_embedding.weight" ->
-// "token_embedding": the layer index and the tensor's role inside its module are dropped,
-// so every layer's copy of a part lands in one row.
-std::string part_of(const std::string& name) {
-  std::string part = name;
-  const std::string blocks = "blocks.";
-  if (part.rfind(blocks, 0) == 0) {
-    const auto dot = part.find('.', blocks.size());
-    part = part.substr(dot + 1);
-  }
-  const auto last = part.rfind('.');
-  return last == std::string::npos ? part : part.substr(0, last);
-}
-
 }  // namespace
 
 FeedForward::FeedForward(std::int64_t d_model, std::int64_t d_ff, Generator& init)
@@ -78,9 +64,19 @@ Tensor TiedEmbeddingLM::forward_embedded(const Tensor& h0) {
 
 Tensor TiedEmbeddingLM::forward(const Tensor& ids) { return forward_embedded(embed_tokens(ids)); }
 
-std::vector<std::pair<std::string, std::int64_t>> TiedEmbeddingLM::parameter_breakdown() const {
+// "blocks.3.attention.qkv.weight" -> "attention.qkv"; "token_embedding.weight" ->
+// "token_embedding": the layer index and the tensor's role inside its module are dropped,
+// so every layer's copy of a part lands in one row.
+std::vector<std::pair<std::string, std::int64_t>> parameter_parts(const Module& model) {
+  auto part_of = [](const std::string& name) {
+    std::string part = name;
+    const std::string blocks = "blocks.";
+    if (part.rfind(blocks, 0) == 0) part = part.substr(part.find('.', blocks.size()) + 1);
+    const auto last = part.rfind('.');
+    return last == std::string::npos ? part : part.substr(0, last);
+  };
   std::vector<std::pair<std::string, std::int64_t>> parts;
-  for (const auto& [name, p] : named_parameters()) {
+  for (const auto& [name, p] : model.named_parameters()) {
     const std::string part = part_of(name);
     auto it = parts.begin();
     while (it != parts.end() && it->first != part) ++it;
@@ -90,6 +86,10 @@ std::vector<std::pair<std::string, std::int64_t>> TiedEmbeddingLM::parameter_bre
       it->second += p.numel();
   }
   return parts;
+}
+
+std::vector<std::pair<std::string, std::int64_t>> TiedEmbeddingLM::parameter_breakdown() const {
+  return parameter_parts(*this);
 }
 
 }  // namespace wedge::models

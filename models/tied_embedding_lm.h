@@ -32,6 +32,10 @@ class FeedForward : public Module {
   nn::Linear& w2_;
 };
 
+// Parameter count per named part, in order of first appearance ("token_embedding",
+// "attention.qkv", "ffn.w1", ...), each summed over all blocks.
+std::vector<std::pair<std::string, std::int64_t>> parameter_parts(const Module& model);
+
 class TiedEmbeddingLM : public LanguageModel {
  public:
   // ids (B, L) int32, 1 <= L <= block -> logits (B, L, V).

@@ -1,16 +1,16 @@
 #include "models/transformer.h"
 
+#include <cmath>
 #include <string>
 
 namespace wedge::models {
 
-CausalSelfAttention::CausalSelfAttention(std::int64_t d_model, std::int64_t heads,
-                                         Generator& init)
+SelfAttention::SelfAttention(std::int64_t d_model, std::int64_t heads, Generator& init)
     : heads_(heads),
       qkv_(register_module("qkv", std::make_shared<nn::Linear>(d_model, 3 * d_model, init))),
       out_(register_module("out", std::make_shared<nn::Linear>(d_model, d_model, init))) {}
 
-Tensor CausalSelfAttention::forward(const Tensor& h) const {
+std::vector<Tensor> SelfAttention::split_heads(const Tensor& h) const {
   const std::int64_t B = h.size(0), L = h.size(1), d = h.size(2);
   const std::int64_t H = heads_, dh = d / H;
   // [q | k | v] along the last axis, each split into H heads of dh:
@@ -18,19 +18,34 @@ Tensor CausalSelfAttention::forward(const Tensor& h) const {
   // are contiguous (B, H, L, dh) slices of it.
   const Tensor qkv = ops::contiguous(
       ops::permute(ops::reshape(qkv_.forward(h), {B, L, 3, H, dh}), {2, 0, 3, 1, 4}));
-  auto head_slice = [&](std::int64_t i) {
-    return ops::reshape(ops::narrow(qkv, 0, i, 1), {B, H, L, dh});
-  };
-  const Tensor heads_out = ops::attention(head_slice(0), head_slice(1), head_slice(2), true);
+  return ops::unbind(qkv, 0);
+}
+
+Tensor SelfAttention::merge_heads(const Tensor& heads_out) const {
   // Concatenate the heads back: (B, H, L, dh) -> (B, L, H, dh) -> (B, L, d), then W_O.
-  const Tensor merged =
-      ops::reshape(ops::contiguous(ops::permute(heads_out, {0, 2, 1, 3})), {B, L, d});
+  const std::int64_t B = heads_out.size(0), L = heads_out.size(2);
+  const Tensor merged = ops::reshape(ops::contiguous(ops::permute(heads_out, {0, 2, 1, 3})),
+                                     {B, L, heads_out.size(1) * heads_out.size(3)});
   return out_.forward(merged);
+}
+
+Tensor SelfAttention::forward(const Tensor& h) const {
+  const std::vector<Tensor> qkv = split_heads(h);
+  return merge_heads(ops::attention(qkv[0], qkv[1], qkv[2], true));
+}
+
+Tensor SelfAttention::forward(const Tensor& h, const Tensor& key_bias) const {
+  const std::vector<Tensor> qkv = split_heads(h);
+  const double scale = 1.0 / std::sqrt(double(qkv[0].size(3)));
+  // Sentence pairs are short (at most 95 tokens here): the (B, H, L, L) scores are small,
+  // and the composed ops take the padding mask the fused op has no argument for.
+  const Tensor scores = ops::matmul(qkv[0], ops::transpose(qkv[1], 2, 3)) * scale + key_bias;
+  return merge_heads(ops::matmul(ops::softmax(scores, 3), qkv[2]));
 }
 
 TransformerBlock::TransformerBlock(const LMConfig& c, Generator& init, Generator& dropout)
     : attention_(register_module("attention",
-                                 std::make_shared<CausalSelfAttention>(c.d_model, c.heads, init))),
+                                 std::make_shared<SelfAttention>(c.d_model, c.heads, init))),
       attention_dropout_(
           register_module("attention_dropout", std::make_shared<nn::Dropout>(c.dropout, dropout))),
       norm1_(register_module("norm1", std::make_shared<nn::LayerNorm>(c.d_model))),
@@ -39,9 +54,16 @@ TransformerBlock::TransformerBlock(const LMConfig& c, Generator& init, Generator
           register_module("ffn_dropout", std::make_shared<nn::Dropout>(c.dropout, dropout))),
       norm2_(register_module("norm2", std::make_shared<nn::LayerNorm>(c.d_model))) {}
 
-Tensor TransformerBlock::forward(const Tensor& h_in) const {
-  Tensor h = norm1_.forward(h_in + attention_dropout_.forward(attention_.forward(h_in)));
+Tensor TransformerBlock::feed_forward(const Tensor& h) const {
   return norm2_.forward(h + ffn_dropout_.forward(ffn_.forward(h)));
+}
+
+Tensor TransformerBlock::forward(const Tensor& h_in) const {
+  return feed_forward(norm1_.forward(h_in + attention_dropout_.forward(attention_.forward(h_in))));
+}
+
+Tensor TransformerBlock::forward(const Tensor& h_in, const Tensor& key_bias) const {
+  return feed_forward(norm1_.forward(h_in + attention_dropout_.forward(attention_.forward(h_in, key_bias))));
 }
 
 TransformerLM::TransformerLM(const LMConfig& config) : TiedEmbeddingLM(config) {

@@ -16,14 +16,24 @@
 
 namespace wedge::models {
 
-// Causal multi-head self-attention: one fused Q/K/V projection (d -> 3d, with bias),
-// softmax(q k^T / sqrt(d_head) + causal mask) v per head, and the output projection W_O.
-class CausalSelfAttention : public Module {
+// Multi-head self-attention: one fused Q/K/V projection (d -> 3d, with bias),
+// softmax(q k^T / sqrt(d_head) + mask) v per head, and the output projection W_O.
+class SelfAttention : public Module {
  public:
-  CausalSelfAttention(std::int64_t d_model, std::int64_t heads, Generator& init);
-  Tensor forward(const Tensor& h) const;  // (B, L, d) -> (B, L, d)
+  SelfAttention(std::int64_t d_model, std::int64_t heads, Generator& init);
+  // Causal (the language models): the fused flash-style op. (B, L, d) -> (B, L, d).
+  Tensor forward(const Tensor& h) const;
+  // Bidirectional over the real tokens of padded rows (the sentence-pair encoder):
+  // key_bias (B, 1, 1, L) is added to every score, 0 at a real key and -1e9 at padding,
+  // so no query sees a padded position.
+  Tensor forward(const Tensor& h, const Tensor& key_bias) const;
 
  private:
+  // (B, L, d) -> q, k, v as (B, H, L, dh) slices of one packed tensor.
+  std::vector<Tensor> split_heads(const Tensor& h) const;
+  // (B, H, L, dh) -> W_O concat_heads.
+  Tensor merge_heads(const Tensor& heads_out) const;
+
   std::int64_t heads_;
   nn::Linear& qkv_;
   nn::Linear& out_;
@@ -33,9 +43,13 @@ class TransformerBlock : public Module {
  public:
   TransformerBlock(const LMConfig& config, Generator& init, Generator& dropout);
   Tensor forward(const Tensor& h) const;
+  // The same block, attention bidirectional over the real tokens (SelfAttention above).
+  Tensor forward(const Tensor& h, const Tensor& key_bias) const;
 
  private:
-  CausalSelfAttention& attention_;
+  Tensor feed_forward(const Tensor& h) const;
+
+  SelfAttention& attention_;
   nn::Dropout& attention_dropout_;
   nn::LayerNorm& norm1_;
   FeedForward& ffn_;

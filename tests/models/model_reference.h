@@ -23,7 +23,7 @@ namespace wedge::models::testing {
 using Matrix = std::vector<std::vector<double>>;  // rows = positions
 
 // Parameter values on the host, by dotted name.
-inline std::map<std::string, std::vector<double>> host_parameters(const LanguageModel& model) {
+inline std::map<std::string, std::vector<double>> host_parameters(const Module& model) {
   std::map<std::string, std::vector<double>> out;
   for (const auto& [name, p] : model.named_parameters()) {
     const std::vector<float> v = p.to_vector<float>();
@@ -35,7 +35,7 @@ inline std::map<std::string, std::vector<double>> host_parameters(const Language
 // Overwrites every parameter with Normal(mean, std) values (gammas around 1), so that every
 // part of the model visibly shapes the output — at the default 0.02 init a wrong gate or
 // a missing bias could hide below the float tolerance.
-inline void randomize_parameters(LanguageModel& model, std::uint64_t seed, double std = 0.3) {
+inline void randomize_parameters(Module& model, std::uint64_t seed, double std = 0.3) {
   NoGradGuard no_grad;
   std::uint64_t k = seed;
   for (auto& [name, p] : model.named_parameters()) {

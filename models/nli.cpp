@@ -1,0 +1,227 @@
+#include "models/nli.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace wedge::models {
+
+namespace {
+
+// The block settings of TransformerLM / GrassmannLM that the encoder's blocks read.
+LMConfig block_config(const NliConfig& c) {
+  LMConfig b;
+  b.d_model = c.d_model;
+  b.heads = c.heads;
+  b.d_ff = c.d_ff;
+  b.dropout = c.dropout;
+  return b;
+}
+
+NliConfig validated(const NliConfig& c) {
+  c.validate();
+  return c;
+}
+
+// x (N, W, ...) with its W positions in reverse order.
+Tensor reverse_axis1(const Tensor& x) {
+  std::vector<Tensor> slices = ops::unbind(x, 1);
+  std::reverse(slices.begin(), slices.end());
+  return ops::stack(slices, 1);
+}
+
+// mask (B, T) float -> (B, T, 1), for scaling token rows.
+Tensor column(const Tensor& mask) { return ops::unsqueeze(mask, 2); }
+
+}  // namespace
+
+void NliConfig::validate() const {
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) throw std::invalid_argument(what);
+  };
+  need(head == "transformer" || head == "grassmann", fmt::format("--head '{}' is unknown (transformer or grassmann)", head));
+  need(vocab_size >= 4, fmt::format("the vocabulary has {} tokens; at least 4 ([PAD], [UNK], [CLS], [SEP])", vocab_size));
+  need(layers >= 1, fmt::format("--layers must be at least 1, got {}", layers));
+  need(d_model >= 1 && dropout >= 0 && dropout < 1, "--d-model must be positive and --dropout in [0, 1)");
+  need(d_ff >= 1, fmt::format("--d-ff must be positive, got {}", d_ff));
+  need(max_length >= 3, fmt::format("--max-length must be at least 3 ([CLS], a token, [SEP]), got {}", max_length));
+  if (head == "transformer")
+    need(heads >= 1 && d_model % heads == 0, fmt::format("--heads {} must divide --d-model {}", heads, d_model));
+  if (head == "grassmann") {
+    need(mixing_heads >= 1 && d_proj % mixing_heads == 0 && d_proj / mixing_heads >= 2,
+         fmt::format("--mixing-heads {} must divide --d-proj {} into heads of at least 2", mixing_heads, d_proj));
+    need(window >= 2, fmt::format("--window must be at least 2 (a token and a partner), got {}", window));
+    need(stride == window, fmt::format("--stride {} must equal --window {} (non-overlapping windows)", stride, window));
+  }
+}
+
+void to_json(nlohmann::json& j, const NliConfig& c) {
+  j = {{"head", c.head},         {"vocab_size", c.vocab_size},     {"layers", c.layers},
+       {"d_model", c.d_model},   {"heads", c.heads},               {"d_ff", c.d_ff},
+       {"dropout", c.dropout},   {"max_length", c.max_length},     {"d_proj", c.d_proj},
+       {"mixing_heads", c.mixing_heads}, {"window", c.window},     {"stride", c.stride},
+       {"hypothesis_only", c.hypothesis_only}, {"seed", c.seed}};
+}
+
+void from_json(const nlohmann::json& j, NliConfig& c) {
+  const NliConfig d;
+  c.head = j.value("head", d.head);
+  c.vocab_size = j.value("vocab_size", d.vocab_size);
+  c.layers = j.value("layers", d.layers);
+  c.d_model = j.value("d_model", d.d_model);
+  c.heads = j.value("heads", d.heads);
+  c.d_ff = j.value("d_ff", d.d_ff);
+  c.dropout = j.value("dropout", d.dropout);
+  c.max_length = j.value("max_length", d.max_length);
+  c.d_proj = j.value("d_proj", d.d_proj);
+  c.mixing_heads = j.value("mixing_heads", d.mixing_heads);
+  c.window = j.value("window", d.window);
+  c.stride = j.value("stride", d.stride);
+  c.hypothesis_only = j.value("hypothesis_only", d.hypothesis_only);
+  c.seed = j.value("seed", d.seed);
+}
+
+// ---- the Grassmann–Plücker head ----------------------------------------------------------
+
+WindowPluckerMixing::WindowPluckerMixing(const NliConfig& c, Generator& init)
+    : heads_(c.mixing_heads),
+      rank_(c.d_proj / c.mixing_heads),
+      window_(c.window),
+      reduce_(register_module("reduce", std::make_shared<nn::Linear>(c.d_model, c.d_proj, init))),
+      plucker_(register_module("plucker", std::make_shared<nn::Linear>(
+                                              c.mixing_heads * (rank_ * (rank_ - 1) / 2), c.d_model, init))) {}
+
+Tensor WindowPluckerMixing::forward(const Tensor& h, const Tensor& mask) const {
+  const std::int64_t B = h.size(0), T = h.size(1), H = heads_, r = rank_, W = window_;
+  const std::int64_t windows = (T + W - 1) / W, padded = windows * W, pairs = r * (r - 1) / 2;
+  // z at padding is 0, so a padded partner's Plücker vector z_t ∧ 0 is 0 and adds nothing.
+  Tensor z = reduce_.forward(h) * column(mask);  // (B, T, H r)
+  if (padded > T) z = ops::cat({z, Tensor::zeros({B, padded - T, H * r}, z.dtype(), z.device())}, 1);
+  // The real partners of each token (the real tokens of its window, less itself), from the
+  // mask on the host: 1 / partners where a real token has some, and where it has none the
+  // token gets g = 0 (has_partner 0).
+  const std::vector<double> real = mask.to(Device::cpu()).to(DType::F64).to_vector<double>();
+  std::vector<double> has_partner(static_cast<std::size_t>(B * padded), 0.0), inverse(has_partner.size(), 0.0);
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t w = 0; w < windows; ++w) {
+      double count = 0;
+      for (std::int64_t t = w * W; t < std::min(T, (w + 1) * W); ++t) count += real[static_cast<std::size_t>(b * T + t)];
+      for (std::int64_t t = w * W; t < std::min(T, (w + 1) * W); ++t) {
+        const std::size_t i = static_cast<std::size_t>(b * padded + t);
+        const double partners = count - real[static_cast<std::size_t>(b * T + t)];
+        if (real[static_cast<std::size_t>(b * T + t)] > 0 && partners > 0) {
+          has_partner[i] = 1.0;
+          inverse[i] = 1.0 / partners;
+        }
+      }
+    }
+  auto on_device = [&](const std::vector<double>& v, const Shape& shape) {
+    return Tensor::from_vector(v, shape).to(h.dtype()).to(h.device());
+  };
+  // (B, padded, H, r) -> (B, H, windows, W, r) -> one sequence of W tokens per (b, head, window).
+  const Tensor zw = ops::reshape(ops::contiguous(ops::permute(ops::reshape(z, {B, padded, H, r}), {0, 2, 1, 3})),
+                                 {B * H * windows, W, r});
+  // Partners before t in the window (offsets 1..W-1), and after t (the same on the reversed
+  // window). plucker_mean averages over the offsets that stay inside the window: i of them
+  // before position i and W-1-i after it, so the sums are the means times those counts.
+  std::vector<std::int32_t> offsets;
+  for (std::int32_t o = 1; o < W; ++o) offsets.push_back(o);
+  std::vector<double> before(static_cast<std::size_t>(W)), after(before.size());
+  for (std::int64_t i = 0; i < W; ++i) {
+    before[static_cast<std::size_t>(i)] = double(i);
+    after[static_cast<std::size_t>(i)] = double(W - 1 - i);
+  }
+  const Tensor counts_before = Tensor::from_vector(before, {1, W, 1}).to(h.dtype()).to(h.device());
+  const Tensor counts_after = Tensor::from_vector(after, {1, W, 1}).to(h.dtype()).to(h.device());
+  const Tensor sums = ops::plucker_mean(zw, offsets) * counts_before +
+                      reverse_axis1(ops::plucker_mean(reverse_axis1(zw), offsets)) * counts_after;  // (N, W, pairs)
+  // Mean per head, the heads side by side: (B, H, windows, W, pairs) -> (B, padded, H·pairs).
+  const Tensor p_mean = ops::reshape(sums, {B, H, windows, W, pairs}) * on_device(inverse, {B, 1, windows, W, 1});
+  const Tensor features = ops::reshape(ops::contiguous(ops::permute(p_mean, {0, 2, 3, 1, 4})), {B, padded, H * pairs});
+  const Tensor g = plucker_.forward(features) * on_device(has_partner, {B, padded, 1});
+  return padded > T ? ops::narrow(g, 1, 0, T) : g;
+}
+
+WindowGrassmannBlock::WindowGrassmannBlock(const NliConfig& c, Generator& init, Generator& dropout)
+    : mixing_(register_module("mixing", std::make_shared<WindowPluckerMixing>(c, init))),
+      mixing_dropout_(register_module("mixing_dropout", std::make_shared<nn::Dropout>(c.dropout, dropout))),
+      gate_(register_module("gate", std::make_shared<nn::Linear>(2 * c.d_model, c.d_model, init))),
+      norm1_(register_module("norm1", std::make_shared<nn::LayerNorm>(c.d_model))),
+      ffn_(register_module("ffn", std::make_shared<FeedForward>(c.d_model, c.d_ff, init))),
+      ffn_dropout_(register_module("ffn_dropout", std::make_shared<nn::Dropout>(c.dropout, dropout))),
+      norm2_(register_module("norm2", std::make_shared<nn::LayerNorm>(c.d_model))) {}
+
+Tensor WindowGrassmannBlock::forward(const Tensor& h_in, const Tensor& mask) const {
+  const Tensor g = mixing_dropout_.forward(mixing_.forward(h_in, mask));
+  const Tensor h = norm1_.forward(ops::gate_mix(gate_.forward(ops::cat({h_in, g}, 2)), h_in, g));
+  return norm2_.forward(h + ffn_dropout_.forward(ffn_.forward(h)));
+}
+
+// ---- the model ---------------------------------------------------------------------------
+
+NliModel::NliModel(const NliConfig& config)
+    : config_(validated(config)), init_gen_(config.seed), dropout_gen_(init_gen_.next_seed()) {
+  const NliConfig& c = config_;
+  tokens_ = &register_module("token_embedding", std::make_shared<nn::Embedding>(c.vocab_size, c.d_model, init_gen_));
+  positions_ = &register_module("position_embedding", std::make_shared<nn::Embedding>(c.positions(), c.d_model, init_gen_));
+  segments_ = &register_module("segment_embedding", std::make_shared<nn::Embedding>(2, c.d_model, init_gen_));
+  embedding_dropout_ = &register_module("embedding_dropout", std::make_shared<nn::Dropout>(c.dropout, dropout_gen_));
+  for (std::int64_t i = 0; i < c.layers; ++i) {
+    const std::string name = "blocks." + std::to_string(i);
+    if (c.head == "transformer")
+      transformer_blocks_.push_back(
+          &register_module(name, std::make_shared<TransformerBlock>(block_config(c), init_gen_, dropout_gen_)));
+    else
+      grassmann_blocks_.push_back(
+          &register_module(name, std::make_shared<WindowGrassmannBlock>(c, init_gen_, dropout_gen_)));
+  }
+  const std::int64_t features = c.hypothesis_only ? c.d_model : 4 * c.d_model;
+  hidden_ = &register_module("classifier.hidden", std::make_shared<nn::Linear>(features, c.d_model, init_gen_));
+  classifier_dropout_ = &register_module("classifier.dropout", std::make_shared<nn::Dropout>(c.dropout, dropout_gen_));
+  output_ = &register_module("classifier.output", std::make_shared<nn::Linear>(c.d_model, kNliClasses, init_gen_));
+}
+
+Tensor NliModel::forward(const Tensor& ids, const Tensor& segments, const Tensor& mask) {
+  if (ids.dtype() != DType::I32 || ids.dim() != 2)
+    throw std::invalid_argument("nli: ids must be (batch, tokens) int32, got " + ids.str());
+  if (segments.dtype() != DType::I32 || segments.shape() != ids.shape())
+    throw std::invalid_argument("nli: segment ids must be int32 of the ids' shape, got " + segments.str());
+  if (mask.shape() != ids.shape() || !is_floating(mask.dtype()))
+    throw std::invalid_argument("nli: the mask must be floating, of the ids' shape, got " + mask.str());
+  const std::int64_t B = ids.size(0), T = ids.size(1);
+  if (T < 1 || T > config_.positions())
+    throw std::invalid_argument(fmt::format("nli: {} tokens per row; the position table holds {}", T, config_.positions()));
+  const Tensor m = mask.to(tokens_->weight.dtype());
+  std::vector<std::int32_t> position_ids(static_cast<std::size_t>(T));
+  for (std::int64_t t = 0; t < T; ++t) position_ids[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(t);
+  Tensor h = tokens_->forward(ids) + positions_->forward(Tensor::from_vector(position_ids, {T}).to(ids.device())) +
+             segments_->forward(segments);
+  h = embedding_dropout_->forward(h);
+
+  if (!transformer_blocks_.empty()) {
+    const Tensor key_bias = ops::reshape((m - 1.0) * 1e9, {B, 1, 1, T});  // 0 real, -1e9 padding
+    for (TransformerBlock* block : transformer_blocks_) h = block->forward(h, key_bias);
+  }
+  for (WindowGrassmannBlock* block : grassmann_blocks_) h = block->forward(h, m);
+
+  // Masked means over each part; a part with no real token in a row is an error upstream.
+  auto pool = [&](const Tensor& weights) {  // (B, T) -> (B, d)
+    return ops::sum(h * column(weights), {1}) / ops::sum(column(weights), {1});
+  };
+  const Tensor seg = segments.to(m.dtype());
+  const Tensor v = pool(m * seg);
+  Tensor features = v;
+  if (!config_.hypothesis_only) {
+    const Tensor u = pool(m * (1.0 - seg));
+    features = ops::cat({u, v, ops::abs(u - v), u * v}, 1);
+  }
+  return output_->forward(classifier_dropout_->forward(hidden_->forward_gelu(features)));
+}
+
+std::vector<std::pair<std::string, std::int64_t>> NliModel::parameter_breakdown() const { return parameter_parts(*this); }
+
+std::unique_ptr<NliModel> make_nli_model(const NliConfig& config) { return std::make_unique<NliModel>(config); }
+
+}  // namespace wedge::models
