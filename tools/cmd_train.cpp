@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <span>
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -19,8 +20,10 @@
 #include "ops/ops.h"
 #include "tools/commands.h"
 #include "tools/model_flags.h"
+#include "tools/nli_task.h"
 #include "tools/plot.h"
 #include "tools/trainer.h"
+#include "tools/training_support.h"
 
 namespace wedge::tools {
 
@@ -31,8 +34,8 @@ namespace {
 void add_data_flags(CLI::App* cmd, CorpusSpec& spec) {
   cmd->add_option("--data", spec.data,
                   "Dataset: wikitext2, text (your own files: --train, --valid, --test, --vocab), or omit for the "
-                  "built-in synthetic corpus")
-      ->check(CLI::IsMember({"wikitext2", "text", "synthetic"}));
+                  "built-in synthetic corpus; snli with --task nli")
+      ->check(CLI::IsMember({"wikitext2", "text", "synthetic", "snli"}));
   cmd->add_option("--data-dir", spec.data_dir, "Directory with wiki.{train,valid,test}.raw or .tokens (WikiText-2)");
   cmd->add_option("--train", spec.train_file,
                   "--data text: the UTF-8 text file to train on (any size; tokenized once, then cached)");
@@ -50,12 +53,108 @@ double peak_rss_mb() {
   return static_cast<double>(ru.ru_maxrss) / 1024.0;
 }
 
+// --task nli: the sentence-pair classifier's own flags, and which of the shared ones mean
+// something else there.
+struct NliFlags {
+  std::string task = "lm";
+  models::NliConfig config;
+  std::string protocol = "auto";
+  std::int64_t train_pairs = -1;
+};
+
+void add_nli_flags(CLI::App* cmd, NliFlags& f) {
+  cmd->add_option("--task", f.task, "lm: a language model; nli: sentence-pair classification on SNLI (--data-dir the SNLI folder)")
+      ->check(CLI::IsMember({"lm", "nli"}))
+      ->capture_default_str();
+  cmd->add_option("--head", f.config.head, "nli: transformer or grassmann (the Grassmann–Plücker head)")
+      ->check(CLI::IsMember({"transformer", "grassmann"}))
+      ->capture_default_str();
+  cmd->add_flag("--hypothesis-only", f.config.hypothesis_only, "nli: the control that reads the hypothesis alone");
+  cmd->add_option("--max-length", f.config.max_length, "nli: tokens per sentence, [CLS] and [SEP] included")->capture_default_str();
+  cmd->add_option("--d-proj", f.config.d_proj, "nli, grassmann head: reduced dimension of all mixing heads together")->capture_default_str();
+  cmd->add_option("--mixing-heads", f.config.mixing_heads, "nli, grassmann head: Plücker heads (rank d-proj / heads each)")->capture_default_str();
+  cmd->add_option("--window", f.config.window, "nli, grassmann head: tokens per window of Plücker pairs")->capture_default_str();
+  cmd->add_option("--stride", f.config.stride, "nli, grassmann head: distance between window starts (= --window)")->capture_default_str();
+  cmd->add_option("--protocol", f.protocol, "nli: auto, standard (full training split) or reduced (its 1 % sample + dev)")
+      ->check(CLI::IsMember({"auto", "standard", "reduced"}))
+      ->capture_default_str();
+  cmd->add_option("--train-pairs", f.train_pairs, "nli: train on a seeded subset of this many pairs (learning curves)");
+}
+
+// Flags of one task given to the other are errors, not silently ignored.
+void check_task_flags(const CLI::App* cmd, const std::string& task) {
+  static const char* lm_only[] = {"--model", "--block", "--rank", "--windows", "--window-schedule", "--no-mix-out-proj",
+                                  "--patch", "--cover-depth", "--types", "--state-size", "--section-dim", "--expert-d-ff",
+                                  "--energy-weight", "--balance-weight", "--leaky", "--vocab-size", "--max-steps",
+                                  "--eval-every", "--stop-after", "--resume", "--train", "--valid", "--test"};
+  static const char* nli_only[] = {"--head", "--hypothesis-only", "--max-length", "--d-proj", "--mixing-heads",
+                                   "--window", "--stride", "--protocol", "--train-pairs"};
+  for (const char* flag : task == "nli" ? std::span<const char* const>(lm_only) : std::span<const char* const>(nli_only))
+    if (const CLI::Option* option = cmd->get_option_no_throw(flag); option != nullptr && option->count() > 0)
+      throw CLI::ValidationError(flag, task == "nli" ? "does not apply to --task nli" : "is for --task nli only");
+}
+
+void train_nli_task(const CLI::App* cmd, const ModelFlags& flags, const TrainSettings& st, const NliFlags& nf) {
+  check_task_flags(cmd, "nli");
+  if (!st.corpus.data.empty() && st.corpus.data != "snli")
+    throw CLI::ValidationError("--data", "--task nli reads SNLI (give --data-dir the SNLI folder)");
+  models::NliConfig config = nf.config;
+  // The paper's head sizes unless given: 2 layers, d 256, 4 heads, d_ff 512, dropout 0.1.
+  if (cmd->count("--layers") > 0) config.layers = flags.values.layers;
+  if (cmd->count("--d-model") > 0) config.d_model = flags.values.d_model;
+  if (cmd->count("--d-ff") > 0) config.d_ff = flags.values.d_ff;
+  if (cmd->count("--heads") > 0) config.heads = flags.values.heads;
+  if (cmd->count("--dropout") > 0) config.dropout = flags.values.dropout;
+  config.seed = flags.values.seed;
+  NliSettings s;
+  s.data_dir = st.corpus.data_dir;
+  s.vocab = flags.vocab_file;
+  s.protocol = nf.protocol;
+  s.train_pairs = nf.train_pairs;
+  s.epochs = cmd->count("--epochs") > 0 ? st.epochs : s.epochs;
+  s.batch = st.batch;
+  s.lr = st.lr;
+  s.min_lr_ratio = st.min_lr_ratio;
+  s.warmup = st.warmup;
+  s.weight_decay = st.weight_decay;
+  s.clip = st.clip;
+  s.seed = flags.values.seed;
+  s.log_every = cmd->count("--log-every") > 0 ? st.log_every : s.log_every;
+  s.threads = st.threads;
+  s.out = st.out;
+  s.device = st.device;
+  s.json = st.json;
+  const NliResult r = train_nli(config, s);
+  const nlohmann::json j = {{"task", "nli"},
+                            {"protocol", r.protocol},
+                            {"head", config.head},
+                            {"hypothesis_only", config.hypothesis_only},
+                            {"parameters", r.parameters},
+                            {"train_pairs", r.train_pairs},
+                            {"steps", r.steps},
+                            {"seconds", r.seconds},
+                            {"best_epoch", r.best_epoch},
+                            {"select", r.select.to_json()},
+                            {"test", r.test.to_json()},
+                            {"majority_test", r.majority.to_json()},
+                            {"interrupted", r.interrupted}};
+  if (st.json) fmt::print("{}\n", j.dump());
+  else if (r.best_epoch > 0)
+    fmt::print("done: {} steps in {}, test accuracy {:.4f} [{:.4f}, {:.4f}] (epoch {}) - run in {}\n", r.steps,
+               fmt::format("{:.0f}s", r.seconds), r.test.accuracy, r.test.accuracy_low, r.test.accuracy_high, r.best_epoch,
+               st.out);
+}
+
 void register_train(CLI::App& app) {
-  auto* cmd = app.add_subcommand("train", "Train a language model (WikiText-2, your own text, or the built-in synthetic corpus)");
+  auto* cmd = app.add_subcommand(
+      "train", "Train a language model (WikiText-2, your own text, or the built-in synthetic corpus), or with --task nli a "
+               "sentence-pair classifier on SNLI");
   auto flags = std::make_shared<ModelFlags>();
   auto st = std::make_shared<TrainSettings>();
+  auto nli = std::make_shared<NliFlags>();
   add_model_flags(*cmd, *flags);
   add_data_flags(cmd, st->corpus);
+  add_nli_flags(cmd, *nli);
   cmd->add_option("--epochs", st->epochs, "Passes over the training split")->capture_default_str();
   cmd->add_option("--batch", st->batch, "Sequences per step")->capture_default_str();
   cmd->add_option("--lr", st->lr, "Peak learning rate (AdamW; linear warm-up, then cosine decay)")->capture_default_str();
@@ -72,7 +171,10 @@ void register_train(CLI::App& app) {
   cmd->add_option("--device", st->device, "cpu or cuda[:N]")->capture_default_str();
   cmd->add_flag("--resume", st->resume, "Continue the run in --out exactly where it stopped");
   cmd->add_flag("--json", st->json, "Progress on stderr; last stdout line is one JSON object with the results");
-  cmd->callback([flags, st, cmd] {
+  cmd->callback([flags, st, nli, cmd] {
+    if (nli->task == "nli") return train_nli_task(cmd, *flags, *st, *nli);
+    check_task_flags(cmd, "lm");
+    if (st->corpus.data == "snli") throw CLI::ValidationError("--data", "snli is read by --task nli");
     models::LMConfig cfg = flags->values;
     if (!flags->vocab_file.empty()) st->corpus.vocab = flags->vocab_file;
     if (st->corpus.data != "text")
@@ -118,6 +220,41 @@ void register_train(CLI::App& app) {
   });
 }
 
+// `wedge eval` of a sentence-pair classifier: accuracy, its interval, macro-F1 and the
+// confusion matrix on the selection or test split of the run's protocol.
+void eval_nli_run(const std::string& run_dir, const std::string& which, const std::string& split,
+                  const std::string& data_dir, std::int64_t batch, bool json, const std::string& device) {
+  if (split == "train") throw CLI::ValidationError("--split", "a classifier is evaluated on valid (its selection split) or test");
+  LoadedNliRun run = load_nli_run(run_dir, which, Device::parse(device));
+  NliSettings s = run.settings;
+  if (!data_dir.empty()) s.data_dir = data_dir;
+  const data::Tokenizer tokenizer = data::Tokenizer::from_file(s.vocab);
+  const NliSplits splits = load_nli_splits(s, tokenizer, static_cast<std::size_t>(run.config.max_length));
+  const auto t0 = std::chrono::steady_clock::now();
+  const NliEvaluation ev = evaluate_nli(*run.model, split == "test" ? *splits.test : *splits.select, batch);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (json) {
+    nlohmann::json j = ev.report.to_json();
+    j["split"] = split == "test" ? "test" : "select";
+    j["protocol"] = splits.protocol;
+    j["loss"] = ev.loss;
+    j["seconds"] = secs;
+    fmt::print("{}\n", j.dump());
+    return;
+  }
+  const ClassificationReport& r = ev.report;
+  fmt::print("protocol: {}\n", splits.description);
+  fmt::print("snli {} accuracy {:.4f} [{:.4f}, {:.4f}] (95 %), macro-F1 {:.4f}, {} of {} pairs ({:.1f}s)\n",
+             split == "test" ? "test" : "select", r.accuracy, r.accuracy_low, r.accuracy_high, r.macro_f1, r.correct, r.count,
+             secs);
+  fmt::print("confusion (rows gold, columns predicted):\n");
+  for (std::size_t g = 0; g < r.confusion.size(); ++g) {
+    std::string row = fmt::format("  {:>13}", data::kNliLabelNames[g]);
+    for (const std::int64_t n : r.confusion[g]) row += fmt::format(" {:>6}", n);
+    fmt::print("{}\n", row);
+  }
+}
+
 void register_eval(CLI::App& app) {
   auto* cmd = app.add_subcommand("eval", "Perplexity of a trained run over a whole split");
   auto run_dir = std::make_shared<std::string>();
@@ -129,12 +266,15 @@ void register_eval(CLI::App& app) {
   auto device = std::make_shared<std::string>("cpu");
   cmd->add_option("--device", *device, "cpu or cuda[:N]")->capture_default_str();
   cmd->add_option("--run", *run_dir, "Run directory written by `wedge train`")->required();
-  cmd->add_option("--split", *split, "valid or test")->check(CLI::IsMember({"valid", "test", "train"}))->capture_default_str();
+  cmd->add_option("--split", *split, "valid or test (a classifier: valid is its selection split)")
+      ->check(CLI::IsMember({"valid", "test", "train"}))
+      ->capture_default_str();
   cmd->add_option("--checkpoint", *which, "best or last")->check(CLI::IsMember({"best", "last"}))->capture_default_str();
   cmd->add_option("--data-dir", spec->data_dir, "Dataset directory (default: the one the run was trained on)");
   cmd->add_option("--batch", *batch, "Sequences per forward pass")->capture_default_str();
   cmd->add_flag("--json", *json, "Print one JSON object");
   cmd->callback([=] {
+    if (is_nli_run(*run_dir)) return eval_nli_run(*run_dir, *which, *split, spec->data_dir, *batch, *json, *device);
     LoadedRun run = load_run(*run_dir, *which, Device::parse(*device));
     CorpusSpec s = corpus_spec_of(run);
     if (!spec->data_dir.empty()) s.data_dir = spec->data_dir;
@@ -175,6 +315,71 @@ void register_generate(CLI::App& app) {
     Corpus corpus = load_corpus(s);
     auto ids = generate_tokens(*run.model, corpus.encode(*prompt), *max_new, *temperature, *top_k, *seed);
     fmt::print("{}\n", corpus.decode(ids));
+  });
+}
+
+// `wedge classify`: premise / hypothesis pairs (one per line, separated by a tab) from a
+// file or stdin -> the label and the three probabilities.
+void register_classify(CLI::App& app) {
+  auto* cmd = app.add_subcommand("classify", "Label sentence pairs with a trained classifier (premise<TAB>hypothesis per line)");
+  auto run_dir = std::make_shared<std::string>();
+  auto file = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  auto device = std::make_shared<std::string>("cpu");
+  cmd->add_option("--run", *run_dir, "Run directory written by `wedge train --task nli`")->required();
+  cmd->add_option("--file", *file, "Pairs, one per line as premise<TAB>hypothesis (default: stdin)");
+  cmd->add_flag("--json", *json, "One JSON object per pair");
+  cmd->add_option("--device", *device, "cpu or cuda[:N]")->capture_default_str();
+  cmd->callback([=] {
+    if (!is_nli_run(*run_dir))
+      throw std::runtime_error("no sentence-pair classifier in '" + *run_dir + "' (train one with `wedge train --task nli`)");
+    LoadedNliRun run = load_nli_run(*run_dir, "best", Device::parse(*device));
+    const data::Tokenizer tokenizer = data::Tokenizer::from_file(run.settings.vocab);
+    std::ifstream in_file;
+    if (!file->empty()) {
+      in_file.open(*file);
+      if (!in_file) throw std::runtime_error("cannot open " + *file);
+    }
+    std::istream& in = file->empty() ? std::cin : in_file;
+    const std::string source = file->empty() ? "stdin" : *file;
+    data::SnliFile pairs;
+    pairs.name = source;
+    std::string line;
+    for (std::size_t number = 1; std::getline(in, line); ++number) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.find_first_not_of(" \t") == std::string::npos) continue;
+      const auto tab = line.find('\t');
+      if (tab == std::string::npos)
+        throw std::runtime_error(fmt::format("{}:{}: expected premise<TAB>hypothesis", source, number));
+      pairs.examples.push_back({line.substr(0, tab), line.substr(tab + 1), 0, number});
+    }
+    if (pairs.examples.empty()) throw std::runtime_error(source + ": no pairs to classify");
+    data::SnliOptions options;
+    options.max_length = static_cast<std::size_t>(run.config.max_length);
+    const data::SnliDataset dataset(pairs, tokenizer, options);
+    if (dataset.truncated_count() > 0 && !*json)
+      fmt::print(stderr, "note: {} pairs had a sentence cut to {} tokens\n", dataset.truncated_count(), run.config.max_length);
+    NoGradGuard no_grad;
+    constexpr std::size_t kBatch = 64;
+    for (std::size_t start = 0; start < dataset.size(); start += kBatch) {
+      std::vector<std::uint32_t> ids;
+      for (std::size_t i = start; i < std::min(dataset.size(), start + kBatch); ++i) ids.push_back(static_cast<std::uint32_t>(i));
+      const NliInputs x = nli_inputs(dataset.make_batch(ids), run.config.hypothesis_only, module_device(*run.model));
+      const std::vector<float> p =
+          ops::softmax(run.model->forward(x.ids, x.segments, x.mask), 1).to(Device::cpu()).to(DType::F32).to_vector<float>();
+      for (std::size_t r = 0; r < ids.size(); ++r) {
+        const float* row = p.data() + r * models::kNliClasses;
+        const auto label = static_cast<std::size_t>(std::max_element(row, row + models::kNliClasses) - row);
+        if (*json)
+          fmt::print("{}\n", nlohmann::json{{"line", pairs.examples[start + r].line},
+                                           {"label", data::kNliLabelNames[label]},
+                                           {"probabilities", {{"entailment", row[0]}, {"neutral", row[1]}, {"contradiction", row[2]}}}}
+                                  .dump());
+        else
+          fmt::print("{:<13}  entailment {:.3f}  neutral {:.3f}  contradiction {:.3f}\n", data::kNliLabelNames[label], row[0],
+                     row[1], row[2]);
+      }
+    }
   });
 }
 
@@ -254,6 +459,7 @@ void register_bench_step(CLI::App& app) {
 void register_train_commands(CLI::App& app) {
   register_train(app);
   register_eval(app);
+  register_classify(app);
   register_generate(app);
   register_plot(app);
   register_bench_step(app);

@@ -1,10 +1,8 @@
 #include "tools/trainer.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -19,6 +17,7 @@
 #include "data/wikitext.h"
 #include "models/tied_embedding_lm.h"
 #include "ops/ops.h"
+#include "tools/training_support.h"
 
 namespace wedge::tools {
 
@@ -27,47 +26,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// ---- Ctrl-C: finish the step, checkpoint, exit --------------------------------------------
-
-std::atomic<bool> g_interrupted{false};
-extern "C" void on_sigint(int) { g_interrupted.store(true); }
-
-struct SigintScope {
-  void (*previous)(int);
-  SigintScope() : previous(std::signal(SIGINT, on_sigint)) { g_interrupted.store(false); }
-  ~SigintScope() { std::signal(SIGINT, previous); }
-};
-
 Generator* dropout_generator(models::LanguageModel& m) {
   if (auto* t = dynamic_cast<models::TiedEmbeddingLM*>(&m)) return &t->dropout_generator();
   return nullptr;
-}
-
-Device model_device(const models::LanguageModel& m) {
-  const auto params = m.parameters();
-  return params.empty() ? Device::cpu() : params.front().device();
-}
-
-std::map<std::string, Tensor> parameter_map(const models::LanguageModel& m) {
-  std::map<std::string, Tensor> out;
-  for (auto& [name, p] : m.named_parameters()) out[name] = p;
-  return out;
-}
-
-void load_parameters(models::LanguageModel& m, const SafeTensors& st, const std::string& file) {
-  for (auto& [name, p] : m.named_parameters()) {
-    auto it = st.tensors.find(name);
-    Tensor dst = p;
-    assign_checked(dst, it == st.tensors.end() ? Tensor() : it->second, name, file);
-  }
-}
-
-std::string fmt_duration(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
-  const auto s = static_cast<std::int64_t>(seconds + 0.5);
-  if (s >= 3600) return fmt::format("{}h{:02d}m", s / 3600, static_cast<int>((s % 3600) / 60));
-  if (s >= 60) return fmt::format("{}m{:02d}s", s / 60, static_cast<int>(s % 60));
-  return fmt::format("{}s", s);
 }
 
 }  // namespace
@@ -128,7 +89,7 @@ EvalResult evaluate(models::LanguageModel& model, const std::vector<std::int32_t
   EvalResult r;
   double nll_sum = 0;
   const data::LmBatcher batcher(stream, static_cast<std::size_t>(block), static_cast<std::size_t>(batch), 0);
-  const Device device = model_device(model);
+  const Device device = module_device(model);
   for (std::size_t i = 0; i < batcher.eval_batches(); ++i) {
     const data::LmBatch b = batcher.eval_batch(i);
     const auto rows = static_cast<std::int64_t>(b.rows), L = static_cast<std::int64_t>(b.block);
@@ -261,10 +222,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
       dropout_gen->set_state(std::stoull(ck.metadata.at("dropout_seed")), std::stoull(ck.metadata.at("dropout_offset")));
     say(fmt::format("resumed from {} at step {}", last_path, step));
   } else {
-    std::ofstream cfg(config_path + ".tmp");
-    cfg << nlohmann::json{{"model", config}, {"train", st.to_json()}}.dump(2) << "\n";
-    cfg.close();
-    fs::rename(config_path + ".tmp", config_path);
+    write_json_file(config_path, nlohmann::json{{"model", config}, {"train", st.to_json()}});
     std::ofstream(metrics_path, std::ios::trunc).close();
   }
   std::ofstream metrics(metrics_path, std::ios::app);
@@ -315,7 +273,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     save_checkpoint(last_path, true);
   };
 
-  SigintScope sigint;
+  InterruptScope sigint;
   TrainResult result;
   result.parameters = n_params;
   double window_tokens = 0, window_time = 0, run_time = 0, run_tokens = 0;
@@ -386,7 +344,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     ++run_steps;
     const bool epoch_end = step % per_epoch == 0;
     const bool periodic = st.eval_every > 0 && step % st.eval_every == 0;
-    const bool stopping = g_interrupted.load() || (st.stop_after > 0 && run_steps >= st.stop_after && step < total_steps);
+    const bool stopping = interrupt_requested() || (st.stop_after > 0 && run_steps >= st.stop_after && step < total_steps);
     const bool log_now = step % st.log_every == 0 || step == total_steps || step == 1;
     if (!defer_loss_reads || log_now || epoch_end || periodic || stopping) flush_losses();
     if (log_now) {
@@ -451,7 +409,7 @@ std::vector<std::int32_t> generate_tokens(models::LanguageModel& model, std::vec
   for (std::int64_t i = 0; i < max_new; ++i) {
     const std::int64_t len = std::min<std::int64_t>(block, static_cast<std::int64_t>(tokens.size()));
     std::vector<std::int32_t> ctx(tokens.end() - len, tokens.end());
-    Tensor logits = model.forward(Tensor::from_vector(ctx, {1, len}).to(model_device(model)));
+    Tensor logits = model.forward(Tensor::from_vector(ctx, {1, len}).to(module_device(model)));
     Tensor last = ops::narrow(ops::reshape(logits, {len, V}), 0, len - 1, 1);
     std::vector<double> l = last.to(DType::F64).to_vector<double>();
     std::int32_t next = 0;

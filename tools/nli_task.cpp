@@ -1,0 +1,380 @@
+#include "tools/nli_task.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include <fmt/core.h>
+
+#include "data/vocab.h"
+#include "data/wikitext.h"
+#include "engine/autograd.h"
+#include "engine/optim.h"
+#include "engine/safetensors.h"
+#include "engine/thread_pool.h"
+#include "ops/ops.h"
+#include "tools/training_support.h"
+
+namespace wedge::tools {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr const char* kSampleName = "snli_1.0_train_random1pct.jsonl";
+
+std::optional<fs::path> find_train_sample(const fs::path& dir) {
+  for (const fs::path& p : {dir / "partial" / kSampleName, dir / kSampleName}) {
+    std::error_code ec;
+    if (fs::is_regular_file(p, ec)) return p;
+  }
+  return std::nullopt;
+}
+
+data::SnliFile slice(const data::SnliFile& file, std::size_t begin, std::size_t end) {
+  data::SnliFile out;
+  out.name = fmt::format("{} pairs [{}, {})", file.name, begin, end);
+  out.examples.assign(file.examples.begin() + static_cast<std::ptrdiff_t>(begin),
+                      file.examples.begin() + static_cast<std::ptrdiff_t>(end));
+  return out;
+}
+
+std::string thousands(std::size_t n) {
+  const std::string digits = std::to_string(n);
+  std::string out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string report_line(const ClassificationReport& r) {
+  return fmt::format("accuracy {:.4f} [{:.4f}, {:.4f}]  macro-F1 {:.4f}  ({} of {})", r.accuracy, r.accuracy_low,
+                     r.accuracy_high, r.macro_f1, r.correct, r.count);
+}
+
+nlohmann::json report_json(const ClassificationReport& r) { return r.to_json(); }
+
+}  // namespace
+
+nlohmann::json NliSettings::to_json() const {
+  return {{"data_dir", data_dir}, {"vocab", vocab},   {"protocol", protocol}, {"train_pairs", train_pairs},
+          {"epochs", epochs},     {"batch", batch},   {"lr", lr},             {"min_lr_ratio", min_lr_ratio},
+          {"warmup", warmup},     {"weight_decay", weight_decay},             {"clip", clip},
+          {"seed", seed},         {"device", device}};
+}
+
+NliSettings NliSettings::from_json(const nlohmann::json& j) {
+  NliSettings s;
+  s.data_dir = j.value("data_dir", s.data_dir);
+  s.vocab = j.value("vocab", s.vocab);
+  s.protocol = j.value("protocol", s.protocol);
+  s.train_pairs = j.value("train_pairs", s.train_pairs);
+  s.epochs = j.value("epochs", s.epochs);
+  s.batch = j.value("batch", s.batch);
+  s.lr = j.value("lr", s.lr);
+  s.min_lr_ratio = j.value("min_lr_ratio", s.min_lr_ratio);
+  s.warmup = j.value("warmup", s.warmup);
+  s.weight_decay = j.value("weight_decay", s.weight_decay);
+  s.clip = j.value("clip", s.clip);
+  s.seed = j.value("seed", s.seed);
+  s.device = j.value("device", s.device);
+  return s;
+}
+
+NliSplits load_nli_splits(const NliSettings& settings, const data::Tokenizer& tokenizer, std::size_t max_length) {
+  if (settings.data_dir.empty()) throw std::runtime_error("--task nli needs --data-dir DIR (the SNLI folder)");
+  const fs::path dir = settings.data_dir;
+  const auto full = data::find_snli_file(dir, "train");
+  const auto sample = find_train_sample(dir);
+  NliSplits s;
+  s.protocol = settings.protocol == "auto" ? (full ? "standard" : "reduced") : settings.protocol;
+  if (s.protocol != "standard" && s.protocol != "reduced")
+    throw std::runtime_error(fmt::format("--protocol '{}' is unknown (auto, standard or reduced)", settings.protocol));
+  if (s.protocol == "standard" && !full)
+    throw std::runtime_error(fmt::format("the standard protocol needs the full training split snli_1.0_train.jsonl in {}{}",
+                                         dir.string(), sample ? "; only the 1 % sample is there: use --protocol reduced" : ""));
+  if (s.protocol == "reduced" && !sample)
+    throw std::runtime_error(fmt::format("the reduced protocol needs the 1 % training sample {} in {} or {}", kSampleName,
+                                         (dir / "partial").string(), dir.string()));
+  const data::SnliFile dev = data::load_snli_split(dir, "dev");
+  const data::SnliFile test = data::load_snli_split(dir, "test");
+  data::SnliFile train, select;
+  if (s.protocol == "standard") {
+    train = data::read_snli_file(*full);
+    select = dev;
+    s.skipped_unlabelled = train.unlabelled + dev.unlabelled + test.unlabelled;
+    s.description = fmt::format("standard: train = {} ({} pairs), select = dev ({}), test = test ({})", full->filename().string(),
+                                thousands(train.examples.size()), thousands(dev.examples.size()),
+                                thousands(test.examples.size()));
+  } else {
+    const data::SnliFile part = data::read_snli_file(*sample);
+    const std::size_t from_dev = std::min(kReducedTrainFromDev, dev.examples.size());
+    train = part;
+    train.examples.insert(train.examples.end(), dev.examples.begin(),
+                          dev.examples.begin() + static_cast<std::ptrdiff_t>(from_dev));
+    select = slice(dev, from_dev, dev.examples.size());
+    s.skipped_unlabelled = part.unlabelled + dev.unlabelled + test.unlabelled;
+    s.description = fmt::format(
+        "reduced (only a 1 % sample of SNLI's training split is present): train = the sample ({}) + dev pairs [0, {}) = {} "
+        "pairs, select = dev pairs [{}, {}) ({}), test = test ({})",
+        thousands(part.examples.size()), thousands(from_dev), thousands(train.examples.size()), thousands(from_dev),
+        thousands(dev.examples.size()), thousands(select.examples.size()), thousands(test.examples.size()));
+  }
+  if (settings.train_pairs > 0 && static_cast<std::size_t>(settings.train_pairs) < train.examples.size()) {
+    // A seeded subset; smaller subsets are prefixes of larger ones (nested, for learning curves).
+    const std::vector<std::uint32_t> order = data::seeded_permutation(train.examples.size(), settings.seed, 0x4e4c49);
+    std::vector<data::SnliExample> kept;
+    for (std::size_t i = 0; i < static_cast<std::size_t>(settings.train_pairs); ++i) kept.push_back(train.examples[order[i]]);
+    train.examples = std::move(kept);
+    s.description += fmt::format("; training on a seeded subset of {} pairs", thousands(train.examples.size()));
+  }
+  data::SnliOptions options;
+  options.max_length = max_length;
+  s.train = std::make_unique<data::SnliDataset>(train, tokenizer, options);
+  s.select = std::make_unique<data::SnliDataset>(select, tokenizer, options);
+  s.test = std::make_unique<data::SnliDataset>(test, tokenizer, options);
+  s.truncated = s.train->truncated_count() + s.select->truncated_count() + s.test->truncated_count();
+  return s;
+}
+
+NliInputs nli_inputs(const data::SnliBatch& b, bool hypothesis_only, Device device) {
+  const auto rows = static_cast<std::int64_t>(b.rows);
+  NliInputs in;
+  std::vector<float> mask;
+  std::vector<std::int32_t> segments;
+  std::int64_t width = 0;
+  if (hypothesis_only) {
+    width = static_cast<std::int64_t>(b.hypothesis_width);
+    in.ids = Tensor::from_vector(b.hypothesis_ids, {rows, width});
+    mask.assign(b.hypothesis_mask.begin(), b.hypothesis_mask.end());
+    segments.assign(b.hypothesis_mask.begin(), b.hypothesis_mask.end());  // segment 1 on every real token
+  } else {
+    width = static_cast<std::int64_t>(b.pair_width);
+    in.ids = Tensor::from_vector(b.pair_ids, {rows, width});
+    mask.assign(b.pair_mask.begin(), b.pair_mask.end());
+    segments = b.pair_type_ids;
+  }
+  in.ids = in.ids.to(device);
+  in.segments = Tensor::from_vector(segments, {rows, width}).to(device);
+  in.mask = Tensor::from_vector(mask, {rows, width}).to(device);
+  in.labels = Tensor::from_vector(b.labels, {rows}).to(device);
+  return in;
+}
+
+NliEvaluation evaluate_nli(models::NliModel& model, const data::SnliDataset& dataset, std::int64_t batch) {
+  NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  const Device device = module_device(model);
+  NliEvaluation ev;
+  std::vector<std::int32_t> gold;
+  double loss_sum = 0;
+  for (std::size_t start = 0; start < dataset.size(); start += static_cast<std::size_t>(batch)) {
+    std::vector<std::uint32_t> ids;
+    for (std::size_t i = start; i < std::min(dataset.size(), start + static_cast<std::size_t>(batch)); ++i)
+      ids.push_back(static_cast<std::uint32_t>(i));
+    const data::SnliBatch b = dataset.make_batch(ids);
+    const NliInputs in = nli_inputs(b, model.config().hypothesis_only, device);
+    const Tensor logits = model.forward(in.ids, in.segments, in.mask);
+    loss_sum += ops::cross_entropy(logits, in.labels).item() * double(b.rows);
+    const std::vector<float> host = logits.to(Device::cpu()).to(DType::F32).to_vector<float>();
+    for (std::size_t r = 0; r < b.rows; ++r) {
+      const float* row = host.data() + r * models::kNliClasses;
+      ev.predicted.push_back(static_cast<std::int32_t>(std::max_element(row, row + models::kNliClasses) - row));
+      gold.push_back(b.labels[r]);
+    }
+  }
+  model.train(was_training);
+  ev.report = classification_report(gold, ev.predicted, static_cast<int>(models::kNliClasses));
+  ev.loss = loss_sum / double(dataset.size());
+  return ev;
+}
+
+ClassificationReport majority_baseline(const data::SnliDataset& train, const data::SnliDataset& test) {
+  std::array<std::size_t, models::kNliClasses> counts{};
+  for (std::size_t i = 0; i < train.size(); ++i) ++counts[static_cast<std::size_t>(train[i].label)];
+  const auto majority = static_cast<std::int32_t>(std::max_element(counts.begin(), counts.end()) - counts.begin());
+  std::vector<std::int32_t> gold, predicted(test.size(), majority);
+  for (std::size_t i = 0; i < test.size(); ++i) gold.push_back(test[i].label);
+  return classification_report(gold, predicted, static_cast<int>(models::kNliClasses));
+}
+
+NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
+  if (st.out.empty()) throw std::runtime_error("train: --out RUNDIR is required");
+  if (st.batch < 1) throw std::runtime_error(fmt::format("train: --batch must be at least 1, got {}", st.batch));
+  if (st.epochs < 1) throw std::runtime_error(fmt::format("train: --epochs must be at least 1, got {}", st.epochs));
+  if (!(st.lr > 0)) throw std::runtime_error(fmt::format("train: --lr must be positive, got {}", st.lr));
+  if (st.log_every < 1) throw std::runtime_error(fmt::format("train: --log-every must be at least 1, got {}", st.log_every));
+  if (st.threads > 0) set_num_threads(st.threads);
+  auto say = [&](const std::string& line) {
+    std::FILE* f = st.json ? stderr : stdout;
+    std::fputs((line + "\n").c_str(), f);
+    std::fflush(f);
+  };
+  const std::string out = st.out, best_path = out + "/best.safetensors", last_path = out + "/last.safetensors";
+
+  NliSettings settings = st;
+  if (settings.vocab.empty()) settings.vocab = data::find_vocab_near(settings.data_dir).string();
+  const data::Tokenizer tokenizer = data::Tokenizer::from_file(settings.vocab);
+  models::NliConfig config = config_in;
+  config.vocab_size = tokenizer.vocab().size();
+  config.validate();
+  const auto t_load = Clock::now();
+  const NliSplits splits = load_nli_splits(settings, tokenizer, static_cast<std::size_t>(config.max_length));
+  say("data: " + splits.description);
+  say(fmt::format("data: {} pairs without a gold label skipped; {} pairs with a sentence cut to {} tokens ({:.1f}s)",
+                  thousands(splits.skipped_unlabelled), thousands(splits.truncated), config.max_length,
+                  std::chrono::duration<double>(Clock::now() - t_load).count()));
+
+  const Device device = Device::parse(settings.device);
+  auto model = models::make_nli_model(config);
+  model->to(device);
+  model->train();
+  NliResult result;
+  result.protocol = splits.protocol;
+  result.description = splits.description;
+  result.parameters = model->num_parameters();
+  result.train_pairs = static_cast<std::int64_t>(splits.train->size());
+  say(fmt::format("model: nli classifier, {} head{}, {} layers, d {}, {} parameters, on {}", config.head,
+                  config.hypothesis_only ? " (hypothesis only)" : "", config.layers, config.d_model, result.parameters,
+                  device.str()));
+
+  const auto per_epoch = static_cast<std::int64_t>(splits.train->batches(static_cast<std::size_t>(settings.batch)));
+  const std::int64_t total_steps = per_epoch * settings.epochs;
+  const std::int64_t warmup = settings.warmup >= 0 ? settings.warmup : std::max<std::int64_t>(1, total_steps / 20);
+  AdamConfig acfg;
+  acfg.lr = settings.lr;
+  acfg.weight_decay = settings.weight_decay;
+  acfg.beta2 = 0.98;
+  Adam opt(model->named_parameters(), acfg, decays_by_default);
+  LrSchedule sched;
+  sched.kind = LrSchedule::Kind::WarmupCosine;
+  sched.base_lr = settings.lr;
+  sched.warmup_steps = warmup;
+  sched.total_steps = total_steps;
+  sched.min_lr = settings.lr * settings.min_lr_ratio;
+
+  fs::create_directories(out);
+  write_json_file(out + "/config.json", nlohmann::json{{"task", "nli"}, {"model", config}, {"train", settings.to_json()}});
+  std::ofstream metrics(out + "/metrics.jsonl", std::ios::trunc);
+  auto save = [&](const std::string& path, std::int64_t epoch, double select_accuracy) {
+    save_safetensors(path, parameter_map(*model),
+                     {{"task", "nli"}, {"epoch", std::to_string(epoch)}, {"step", std::to_string(result.steps)},
+                      {"select_accuracy", fmt::format("{}", select_accuracy)}});
+  };
+  say(fmt::format("training: {} epochs of {} steps, batch {}, lr {} (warm-up {}, cosine to {}), AdamW wd {}", settings.epochs,
+                  per_epoch, settings.batch, settings.lr, warmup, sched.min_lr, settings.weight_decay));
+
+  InterruptScope sigint;
+  const auto t_start = Clock::now();
+  double best_accuracy = -1, window_loss = 0;
+  std::int64_t window_steps = 0;
+  for (std::int64_t epoch = 0; epoch < settings.epochs && !result.interrupted; ++epoch) {
+    const std::vector<std::uint32_t> order = splits.train->epoch_order(settings.seed, static_cast<std::uint64_t>(epoch));
+    for (std::int64_t i = 0; i < per_epoch; ++i) {
+      const data::SnliBatch b = splits.train->batch(order, static_cast<std::size_t>(i), static_cast<std::size_t>(settings.batch));
+      const NliInputs in = nli_inputs(b, config.hypothesis_only, device);
+      const double lr = sched.at(result.steps);
+      opt.set_lr(lr);
+      const Tensor loss = ops::cross_entropy(model->forward(in.ids, in.segments, in.mask), in.labels);
+      loss.backward();
+      const double value = loss.item();
+      if (!std::isfinite(value))
+        throw std::runtime_error(fmt::format("train: the loss became {} at step {} (lr {:.3g}); stopping — try a lower --lr",
+                                             value, result.steps + 1, lr));
+      opt.step(clip_scale(grad_norm(model->parameters()), settings.clip));
+      opt.zero_grad();
+      ++result.steps;
+      window_loss += value;
+      ++window_steps;
+      if (result.steps % settings.log_every == 0 || i + 1 == per_epoch) {
+        const double mean = window_loss / double(window_steps);
+        metrics << nlohmann::json{{"step", result.steps}, {"epoch", epoch}, {"loss", mean}, {"lr", lr}}.dump() << "\n";
+        const double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
+        say(fmt::format("step {:>6}/{}  epoch {}  loss {:.4f}  lr {:.2e}  ETA {}", result.steps, total_steps, epoch + 1, mean,
+                        lr, fmt_duration(elapsed / double(result.steps) * double(total_steps - result.steps))));
+        window_loss = 0;
+        window_steps = 0;
+      }
+      if (interrupt_requested()) {
+        save(last_path, epoch, best_accuracy);
+        say(fmt::format("interrupted at step {}: parameters written to {} (this task has no --resume yet)", result.steps,
+                        last_path));
+        result.interrupted = true;
+        break;
+      }
+    }
+    if (result.interrupted) break;
+    const NliEvaluation ev = evaluate_nli(*model, *splits.select, settings.batch);
+    const bool best = ev.report.accuracy > best_accuracy;
+    nlohmann::json line = report_json(ev.report);
+    line["eval"] = "select";
+    line["epoch"] = epoch + 1;
+    line["step"] = result.steps;
+    line["loss"] = ev.loss;
+    metrics << line.dump() << "\n";
+    metrics.flush();
+    say(fmt::format("epoch {}  select {}{}", epoch + 1, report_line(ev.report), best ? "  best" : ""));
+    if (best) {
+      best_accuracy = ev.report.accuracy;
+      result.best_epoch = epoch + 1;
+      result.select = ev.report;
+      save(best_path, epoch + 1, best_accuracy);
+    }
+    save(last_path, epoch + 1, ev.report.accuracy);
+  }
+  result.seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
+  if (result.best_epoch > 0) {
+    load_parameters(*model, load_safetensors(best_path), best_path);
+    result.test = evaluate_nli(*model, *splits.test, settings.batch).report;
+    result.majority = majority_baseline(*splits.train, *splits.test);
+    nlohmann::json test_line = report_json(result.test);
+    test_line["eval"] = "test";
+    test_line["epoch"] = result.best_epoch;
+    metrics << test_line.dump() << "\n";
+    nlohmann::json majority_line = report_json(result.majority);
+    majority_line["eval"] = "test_majority";
+    metrics << majority_line.dump() << "\n";
+    say(fmt::format("test (epoch {}): {}", result.best_epoch, report_line(result.test)));
+    say(fmt::format("test, majority class: {}", report_line(result.majority)));
+  }
+  return result;
+}
+
+bool is_nli_run(const std::string& run_dir) {
+  std::ifstream in(run_dir + "/config.json");
+  if (!in) return false;
+  try {
+    return nlohmann::json::parse(in).value("task", std::string()) == "nli";
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+LoadedNliRun load_nli_run(const std::string& run_dir, const std::string& which, Device device) {
+  const std::string config_path = run_dir + "/config.json";
+  const nlohmann::json j = read_json_file(config_path);
+  LoadedNliRun r;
+  try {
+    r.config = j.at("model").get<models::NliConfig>();
+    r.settings = NliSettings::from_json(j.at("train"));
+  } catch (const std::exception& e) {
+    throw std::runtime_error("cannot read " + config_path + ": " + e.what());
+  }
+  const std::string path = run_dir + "/" + which + ".safetensors";
+  r.model = models::make_nli_model(r.config);
+  load_parameters(*r.model, load_safetensors(path), path);
+  r.model->to(device);
+  r.model->eval();
+  return r;
+}
+
+}  // namespace wedge::tools

@@ -1,0 +1,102 @@
+// The sentence-pair task (SNLI): splits under a stated protocol, training of the classifier
+// of models/nli.h, evaluation with the metrics of tools/classification.h, and the majority
+// baseline. `wedge train --task nli`, `wedge eval` and `wedge classify` call these.
+//
+// Protocols. "standard": train on the training split, select the best epoch on dev, report
+// test — whenever the full training split (snli_1.0_train.jsonl) is present. "reduced": when
+// only the 1 % random sample of the training split is (snli_1.0_train_random1pct.jsonl, in
+// the folder or its partial/), train on it plus the first 5,000 dev pairs, select on the
+// other 4,842 dev pairs, report test. Both report the same test split; the reduced one
+// trains on ~10 k pairs instead of 550 k, and says so in every output.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "data/snli.h"
+#include "data/tokenizer.h"
+#include "models/nli.h"
+#include "tools/classification.h"
+
+namespace wedge::tools {
+
+struct NliSettings {
+  std::string data_dir;           // the SNLI folder
+  std::string vocab;              // vocab.txt (default: the BERT-uncased one beside the data)
+  std::string protocol = "auto";  // auto | standard | reduced
+  std::int64_t train_pairs = -1;  // train on this many pairs of the training set only (-1: all)
+  std::int64_t epochs = 10;
+  std::int64_t batch = 32;
+  double lr = 5e-4;
+  double min_lr_ratio = 0.1;
+  std::int64_t warmup = -1;  // steps; -1: 5 % of the run
+  double weight_decay = 0.01;
+  double clip = 1.0;
+  std::uint64_t seed = 0;
+  std::int64_t log_every = 50;
+  int threads = 0;
+  std::string out;
+  std::string device = "cpu";
+  bool json = false;
+
+  nlohmann::json to_json() const;
+  static NliSettings from_json(const nlohmann::json& j);
+};
+
+inline constexpr std::size_t kReducedTrainFromDev = 5000;
+
+// The three splits of a protocol, tokenized.
+struct NliSplits {
+  std::string protocol;     // "standard" | "reduced"
+  std::string description;  // one line: which files and pairs make each split
+  std::unique_ptr<data::SnliDataset> train, select, test;
+  std::size_t skipped_unlabelled = 0;  // pairs with gold label "-" (over every file read)
+  std::size_t truncated = 0;           // pairs with a sentence cut to max_length
+};
+NliSplits load_nli_splits(const NliSettings& settings, const data::Tokenizer& tokenizer, std::size_t max_length);
+
+// Model inputs of a batch: the pair, or the hypothesis alone for the control.
+struct NliInputs {
+  Tensor ids, segments, mask, labels;
+};
+NliInputs nli_inputs(const data::SnliBatch& batch, bool hypothesis_only, Device device);
+
+struct NliEvaluation {
+  ClassificationReport report;
+  double loss = 0;  // mean cross-entropy
+  std::vector<std::int32_t> predicted;
+};
+// In eval mode, without gradients, over the whole dataset in file order.
+NliEvaluation evaluate_nli(models::NliModel& model, const data::SnliDataset& dataset, std::int64_t batch);
+
+// Every pair labelled with the most frequent label of `train`.
+ClassificationReport majority_baseline(const data::SnliDataset& train, const data::SnliDataset& test);
+
+struct NliResult {
+  std::string protocol, description;
+  std::int64_t steps = 0, parameters = 0, best_epoch = 0, train_pairs = 0;
+  double seconds = 0;
+  ClassificationReport select, test, majority;
+  bool interrupted = false;
+};
+// Trains (epochs over the training split, the best epoch by selection accuracy kept as
+// best.safetensors), then evaluates that checkpoint on test. Writes config.json,
+// metrics.jsonl and the checkpoints to settings.out.
+NliResult train_nli(const models::NliConfig& config, const NliSettings& settings);
+
+// A classifier restored from a run folder written by train_nli.
+struct LoadedNliRun {
+  models::NliConfig config;
+  NliSettings settings;
+  std::unique_ptr<models::NliModel> model;
+};
+LoadedNliRun load_nli_run(const std::string& run_dir, const std::string& which = "best", Device device = Device::cpu());
+// Whether a run folder holds a sentence-pair classifier (its config.json says "task": "nli").
+bool is_nli_run(const std::string& run_dir);
+
+}  // namespace wedge::tools
