@@ -270,7 +270,7 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
                      {{"task", "nli"}, {"epoch", std::to_string(epoch)}, {"step", std::to_string(result.steps)},
                       {"select_accuracy", fmt::format("{}", select_accuracy)}});
   };
-  say(fmt::format("training: {} epochs of {} steps, batch {}, lr {} (warm-up {}, cosine to {}), AdamW wd {}", settings.epochs,
+  say(fmt::format("training: {} epochs of {} steps, batch {}, lr {:.3g} (warm-up {}, cosine to {:.3g}), AdamW wd {:.3g}", settings.epochs,
                   per_epoch, settings.batch, settings.lr, warmup, sched.min_lr, settings.weight_decay));
 
   InterruptScope sigint;

@@ -1,0 +1,176 @@
+// The sentence-pair task on a small SNLI folder the test writes: which protocol runs and
+// what each split holds, unlabelled pairs skipped and counted, a short training run end to
+// end (config, metrics, checkpoints, test report, majority baseline), eval and classify
+// through the real binary, and the errors.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tools/nli_task.h"
+#include "trainer_support.h"
+
+using namespace wedge;
+using namespace wedge::tools;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kLabels[] = {"entailment", "neutral", "contradiction"};
+
+// n pairs; pair i has label i % 3, except every 7th, whose gold label is "-".
+std::string jsonl(int n, int offset) {
+  std::string out;
+  const char* words[] = {"a man sits", "a dog runs", "the cat sleeps", "a woman sings", "two kids play"};
+  for (int i = 0; i < n; ++i) {
+    const int k = i + offset;
+    nlohmann::json j = {{"gold_label", k % 7 == 6 ? "-" : kLabels[k % 3]},
+                        {"sentence1", std::string(words[k % 5]) + " ."},
+                        {"sentence2", std::string(words[(k / 3) % 5]) + " outside ."}};
+    out += j.dump() + "\n";
+  }
+  return out;
+}
+
+struct Folder {
+  fs::path dir, vocab;
+};
+
+// dev 7,000 pairs (6,000 labelled), test 70 (60), the 1 % sample 140 (120) in partial/.
+Folder snli_folder(const std::string& name) {
+  Folder f;
+  f.dir = wedge::testing::fresh_run_dir(name);
+  fs::create_directories(f.dir / "partial");
+  std::ofstream(f.dir / "snli_1.0_dev.jsonl") << jsonl(7000, 0);
+  std::ofstream(f.dir / "snli_1.0_test.jsonl") << jsonl(70, 3);
+  std::ofstream(f.dir / "partial" / "snli_1.0_train_random1pct.jsonl") << jsonl(140, 5);
+  f.vocab = f.dir / "vocab.txt";
+  std::ofstream(f.vocab) << "[PAD]\n[UNK]\n[CLS]\n[SEP]\na\nman\nsits\ndog\nruns\nthe\ncat\nsleeps\nwoman\nsings\ntwo\nkids\n"
+                            "play\noutside\n.\n";
+  return f;
+}
+
+NliSettings settings_for(const Folder& f) {
+  NliSettings s;
+  s.data_dir = f.dir.string();
+  s.vocab = f.vocab.string();
+  s.json = true;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("nli splits: the reduced protocol when only the sample is there, the standard one with the full split") {
+  const Folder f = snli_folder("nli_splits");
+  const data::Tokenizer tok = data::Tokenizer::from_file(f.vocab);
+  NliSettings s = settings_for(f);
+  {
+    const NliSplits splits = load_nli_splits(s, tok, 48);
+    CHECK(splits.protocol == "reduced");
+    CHECK(splits.train->size() == 120 + 5000);
+    CHECK(splits.select->size() == 6000 - 5000);
+    CHECK(splits.test->size() == 60);
+    CHECK(splits.skipped_unlabelled == 20 + 1000 + 10);
+    CHECK(splits.description.find("reduced") != std::string::npos);
+    CHECK(splits.description.find("1 % sample") != std::string::npos);
+  }
+  s.protocol = "standard";
+  CHECK_THROWS_WITH_AS(load_nli_splits(s, tok, 48), doctest::Contains("--protocol reduced"), std::runtime_error);
+  std::ofstream(f.dir / "snli_1.0_train.jsonl") << jsonl(700, 1);
+  s.protocol = "auto";
+  {
+    const NliSplits splits = load_nli_splits(s, tok, 48);
+    CHECK(splits.protocol == "standard");
+    CHECK(splits.train->size() == 600);
+    CHECK(splits.select->size() == 6000);
+  }
+  s.protocol = "reduced";  // still possible on request
+  s.train_pairs = 50;
+  const NliSplits small = load_nli_splits(s, tok, 48);
+  CHECK(small.train->size() == 50);
+  s.train_pairs = 80;  // nested: the 50 are the first 50 of the 80
+  const NliSplits larger = load_nli_splits(s, tok, 48);
+  for (std::size_t i = 0; i < 50; ++i) CHECK((*small.train)[i].premise == (*larger.train)[i].premise);
+  s.data_dir = (f.dir / "nowhere").string();
+  CHECK_THROWS_AS(load_nli_splits(s, tok, 48), std::runtime_error);
+}
+
+TEST_CASE("train --task nli end to end: metrics, checkpoints, test report, majority baseline; eval and classify") {
+  const Folder f = snli_folder("nli_train");
+  NliSettings s = settings_for(f);
+  s.out = wedge::testing::fresh_run_dir("nli_run");
+  s.epochs = 2;
+  s.batch = 64;
+  s.train_pairs = 256;
+  s.lr = 3e-3;
+  models::NliConfig c;
+  c.layers = 1;
+  c.d_model = 16;
+  c.heads = 2;
+  c.d_ff = 32;
+  c.d_proj = 8;
+  c.mixing_heads = 2;
+  for (const char* head : {"transformer", "grassmann"}) {
+    CAPTURE(head);
+    c.head = head;
+    const NliResult r = train_nli(c, s);
+    CHECK(r.protocol == "reduced");
+    CHECK(r.steps == 2 * 4);
+    CHECK(r.train_pairs == 256);
+    CHECK(r.best_epoch >= 1);
+    CHECK(r.test.count == 60);
+    CHECK(r.majority.count == 60);
+    CHECK(r.majority.accuracy == doctest::Approx(20.0 / 60).epsilon(0.2));  // a third of the test labels
+    CHECK(fs::exists(s.out + "/best.safetensors"));
+    CHECK(fs::exists(s.out + "/last.safetensors"));
+    CHECK(is_nli_run(s.out));
+    int selects = 0, tests = 0;
+    std::ifstream metrics(s.out + "/metrics.jsonl");
+    for (std::string line; std::getline(metrics, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (j.value("eval", "") == "select") {
+        ++selects;
+        CHECK(j.at("confusion").size() == 3);
+        CHECK(j.at("accuracy_low").get<double>() <= j.at("accuracy").get<double>());
+      }
+      tests += j.value("eval", "") == "test";
+    }
+    CHECK(selects == 2);
+    CHECK(tests == 1);
+    const LoadedNliRun loaded = load_nli_run(s.out);
+    CHECK(loaded.config.head == head);
+    CHECK(evaluate_nli(*loaded.model, *load_nli_splits(loaded.settings, data::Tokenizer::from_file(f.vocab), 48).test, 16)
+              .report.accuracy == doctest::Approx(r.test.accuracy));
+  }
+  // Through the binary: eval prints the confusion matrix; classify reads pairs.
+  auto run = [](const std::string& args) {
+    std::string out;
+    std::FILE* p = ::popen((std::string(WEDGE_CLI) + " " + args + " 2>&1").c_str(), "r");
+    char buf[4096];
+    while (p != nullptr && std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+    const int status = p != nullptr ? ::pclose(p) : -1;
+    return std::pair{status, out};
+  };
+  const auto [eval_status, eval_out] = run("eval --run " + s.out + " --split test");
+  CHECK(eval_status == 0);
+  CHECK(eval_out.find("confusion") != std::string::npos);
+  std::ofstream(s.out + "/pairs.tsv") << "a man sits .\ta man sits outside .\n\nthe cat sleeps .\ta dog runs .\n";
+  const auto [classify_status, classify_out] = run("classify --run " + s.out + " --file " + s.out + "/pairs.tsv --json");
+  CHECK(classify_status == 0);
+  int lines = 0;
+  for (std::size_t at = 0; (at = classify_out.find("\"probabilities\"", at)) != std::string::npos; ++at) ++lines;
+  CHECK(lines == 2);
+  std::ofstream(s.out + "/bad.tsv") << "a man sits . no tab\n";
+  const auto [bad_status, bad_out] = run("classify --run " + s.out + " --file " + s.out + "/bad.tsv");
+  CHECK(bad_status != 0);
+  CHECK(bad_out.find("bad.tsv:1: expected premise<TAB>hypothesis") != std::string::npos);
+  const auto [flag_status, flag_out] = run("train --task nli --block 64 --out " + s.out + "_x");
+  CHECK(flag_status != 0);
+  CHECK(flag_out.find("--block") != std::string::npos);
+}
