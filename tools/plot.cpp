@@ -17,6 +17,7 @@ namespace {
 struct Series {
   std::string label;
   std::vector<std::pair<double, double>> loss, ppl;  // (step, value)
+  std::vector<std::pair<double, double>> accuracy;    // a classifier's selection accuracy
   // SheafStateLM's measurements at each evaluation (empty for the other models)
   std::vector<std::pair<double, double>> energy, energy_normalised, balance;
 };
@@ -32,7 +33,11 @@ Series read_run(const std::string& dir) {
   if (cfg) {
     try {
       auto j = nlohmann::json::parse(cfg);
-      s.label += " (" + j.at("model").value("model", std::string("?")) + ")";
+      if (j.value("task", std::string()) == "nli")
+        s.label += " (nli, " + j.at("model").value("head", std::string("?")) +
+                   (j.at("model").value("hypothesis_only", false) ? ", hypothesis only)" : ")");
+      else
+        s.label += " (" + j.at("model").value("model", std::string("?")) + ")";
     } catch (const std::exception&) {
     }
   }
@@ -48,7 +53,9 @@ Series read_run(const std::string& dir) {
       throw std::runtime_error(fmt::format("plot: {}:{} is not valid JSON", path, lineno));
     }
     const double step = j.value("step", 0.0);
-    if (j.contains("eval")) {
+    if (j.contains("eval") && j.at("eval") == "select") {
+      s.accuracy.emplace_back(step, j.value("accuracy", 0.0));
+    } else if (j.contains("eval") && j.contains("ppl")) {
       s.ppl.emplace_back(step, j.value("ppl", 0.0));
       if (j.contains("gluing_energy")) s.energy.emplace_back(step, j.value("gluing_energy", 0.0));
       if (j.contains("gluing_energy_normalised"))
@@ -59,7 +66,7 @@ Series read_run(const std::string& dir) {
     }
   }
   // A resumed run may repeat steps; keep the last value of each step, in step order.
-  for (auto* v : {&s.loss, &s.ppl, &s.energy, &s.energy_normalised, &s.balance}) {
+  for (auto* v : {&s.loss, &s.ppl, &s.accuracy, &s.energy, &s.energy_normalised, &s.balance}) {
     std::stable_sort(v->begin(), v->end(), [](auto& a, auto& b) { return a.first < b.first; });
     std::vector<std::pair<double, double>> uniq;
     for (auto& p : *v) {
@@ -155,13 +162,22 @@ void write_curves_svg(const std::vector<std::string>& runs, const std::string& o
   std::string svg = fmt::format(R"(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-family="sans-serif">)"
                                 "\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
                                 W, H + 30.0 * static_cast<double>((series.size() + 1) / 2));
-  std::vector<std::vector<std::pair<double, double>>> loss, ppl;
+  // Language models show validation perplexity, classifiers their selection accuracy.
+  bool classifiers = false, language_models = false;
+  for (const auto& s : series) {
+    classifiers = classifiers || !s.accuracy.empty();
+    language_models = language_models || !s.ppl.empty();
+  }
+  if (classifiers && language_models)
+    throw std::runtime_error("plot: language-model and classifier runs measure different things; plot them apart");
+  std::vector<std::vector<std::pair<double, double>>> loss, right;
   for (auto& s : series) {
     loss.push_back(smooth(s.loss));
-    ppl.push_back(s.ppl);
+    right.push_back(classifiers ? s.accuracy : s.ppl);
   }
   panel(svg, 70, 40, 380, 300, "training loss (smoothed)", loss, false);
-  panel(svg, 580, 40, 380, 300, "validation perplexity (log scale)", ppl, true);
+  if (classifiers) panel(svg, 580, 40, 380, 300, "selection accuracy", right, false);
+  else panel(svg, 580, 40, 380, 300, "validation perplexity (log scale)", right, true);
   if (gluing) {
     std::vector<std::vector<std::pair<double, double>>> energy, normalised;
     for (auto& s : series) {

@@ -1,5 +1,6 @@
-// `wedge plot`: training loss and validation perplexity of one or several runs, side by
-// side in one self-contained SVG (no plotting library).
+// `wedge plot`: training loss and validation perplexity (language models) or selection
+// accuracy (sentence-pair classifiers) of one or several runs, side by side in one
+// self-contained SVG (no plotting library).
 #pragma once
 
 #include <string>

@@ -9,11 +9,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "tools/nli_task.h"
+#include "tools/plot.h"
 #include "trainer_support.h"
 
 using namespace wedge;
@@ -148,6 +150,12 @@ TEST_CASE("train --task nli end to end: metrics, checkpoints, test report, major
     CHECK(evaluate_nli(*loaded.model, *load_nli_splits(loaded.settings, data::Tokenizer::from_file(f.vocab), 48).test, 16)
               .report.accuracy == doctest::Approx(r.test.accuracy));
   }
+  // wedge plot: the selection accuracy per epoch.
+  write_curves_svg({s.out}, s.out + "/curves.svg");
+  std::ifstream svg(s.out + "/curves.svg");
+  const std::string drawn((std::istreambuf_iterator<char>(svg)), std::istreambuf_iterator<char>());
+  CHECK(drawn.find("selection accuracy") != std::string::npos);
+  CHECK(drawn.find("nli, grassmann") != std::string::npos);
   // Through the binary: eval prints the confusion matrix; classify reads pairs.
   auto run = [](const std::string& args) {
     std::string out;
