@@ -18,6 +18,7 @@ with them.
     /usr/bin/python3 bench/compare_pytorch.py --paper         # 6-layer paper config (slow)
     /usr/bin/python3 bench/compare_pytorch.py --seq-scaling   # 2 layers, d 128, batch 1, L 256..8192
     /usr/bin/python3 bench/compare_pytorch.py --paper --models sheaf   # SheafStateLM (PyTorch peaks ~22 GB)
+    /usr/bin/python3 bench/compare_pytorch.py --nli           # the SNLI classifier, both heads
 """
 import argparse
 import json
@@ -240,7 +241,102 @@ def torch_models(torch):
     return LM
 
 
+NLI_PREMISE, NLI_HYPOTHESIS = 24, 16  # the pair sizes of `wedge bench-step --task nli`
+
+
+def torch_nli(torch):
+    """The sentence-pair classifier of models/nli.h: token + position + segment embeddings, two
+    blocks of the head, per-part mean pooling, [u; v; |u - v|; u * v] -> 3 classes. The
+    Transformer head's attention is softmax(q k^T / sqrt(dh)) v as batched matmuls (this
+    PyTorch has no fused attention; at 40 tokens the scores are tiny); the Grassmann head
+    computes every window's Plücker pairs in one batched outer product (the same pairs
+    wedge takes: every other token of the window, both directions)."""
+    nn = torch.nn
+    F = torch.nn.functional
+
+    class Block(nn.Module):
+        def __init__(self, head, d, heads, dff, d_proj, mixing_heads, window, drop):
+            super().__init__()
+            self.head, self.heads, self.mixing_heads, self.window = head, heads, mixing_heads, window
+            if head == "transformer":
+                self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            else:
+                r = d_proj // mixing_heads
+                self.reduce = nn.Linear(d, d_proj)
+                self.plucker = nn.Linear(mixing_heads * r * (r - 1) // 2, d)
+                self.gate = nn.Linear(2 * d, d)
+                self.iu = torch.triu_indices(r, r, 1)
+            self.n1, self.n2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.w1, self.w2 = nn.Linear(d, dff), nn.Linear(dff, d)
+            self.drop = nn.Dropout(drop)
+
+        def mix(self, h):
+            B, T, d = h.shape
+            if self.head == "transformer":
+                q, k, v = self.qkv(h).view(B, T, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+                a = torch.softmax(q @ k.transpose(-1, -2) / (d // self.heads) ** 0.5, -1) @ v
+                return self.n1(h + self.drop(self.out(a.transpose(1, 2).reshape(B, T, d))))
+            W, H = self.window, self.mixing_heads
+            z = self.reduce(h).view(B, T // W, W, H, -1)                  # windows of W tokens
+            outer = z.unsqueeze(3).unsqueeze(-1) * z.unsqueeze(2).unsqueeze(-2)  # z_t z_s^T: (B, n, W, W, H, r, r)
+            p = (outer - outer.transpose(-1, -2))[..., self.iu[0], self.iu[1]]  # (B, n, W, W, H, pairs)
+            p = p / p.norm(dim=-1, keepdim=True).clamp_min(1e-8)
+            g = self.plucker((p.sum(3) / (W - 1)).reshape(B, T, -1))           # the diagonal adds 0
+            g = self.drop(g)
+            alpha = torch.sigmoid(self.gate(torch.cat([h, g], -1)))
+            return self.n1(alpha * h + (1 - alpha) * g)
+
+        def forward(self, h):
+            h = self.mix(h)
+            return self.n2(h + self.drop(self.w2(F.gelu(self.w1(h)))))
+
+    class Nli(nn.Module):
+        def __init__(self, head, vocab, d=256, layers=2, heads=4, dff=512, d_proj=64, mixing_heads=4, window=8, drop=0.1):
+            super().__init__()
+            self.tok, self.pos, self.seg = nn.Embedding(vocab, d), nn.Embedding(95, d), nn.Embedding(2, d)
+            self.blocks = nn.ModuleList(Block(head, d, heads, dff, d_proj, mixing_heads, window, drop) for _ in range(layers))
+            self.hidden, self.output, self.drop = nn.Linear(4 * d, d), nn.Linear(d, 3), nn.Dropout(drop)
+
+        def forward(self, ids, segments):
+            T = ids.shape[1]
+            h = self.drop(self.tok(ids) + self.pos(torch.arange(T, device=ids.device)) + self.seg(segments))
+            for b in self.blocks:
+                h = b(h)
+            u, v = h[:, :NLI_PREMISE].mean(1), h[:, NLI_PREMISE:].mean(1)
+            return self.output(self.drop(F.gelu(self.hidden(torch.cat([u, v, (u - v).abs(), u * v], -1)))))
+
+    return Nli
+
+
+def bench_torch_nli(cfg, batch, steps, warmup):
+    import torch
+    torch.set_num_threads(2)
+    torch.set_flush_denormal(True)
+    torch.manual_seed(0)
+    model = torch_nli(torch)(cfg["head"], cfg["vocab"])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    T = NLI_PREMISE + NLI_HYPOTHESIS
+    segments = (torch.arange(T) >= NLI_PREMISE).long().expand(batch, T)
+    times = []
+    for s in range(warmup + steps):
+        ids, labels = torch.randint(0, cfg["vocab"], (batch, T)), torch.randint(0, 3, (batch,))
+        t0 = time.perf_counter()
+        loss = torch.nn.functional.cross_entropy(model(ids, segments), labels)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if s >= warmup:
+            times.append(time.perf_counter() - t0)
+    times.sort()
+    med = times[len(times) // 2]
+    return {"step_ms": med * 1000, "tokens_per_s": batch * T / med, "pairs_per_s": batch / med,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
 def bench_torch(cfg, batch, steps, warmup, device="cpu"):
+    if cfg.get("task") == "nli":
+        return bench_torch_nli(cfg, batch, steps, warmup)
     import torch
     torch.set_num_threads(2)
     # Without this, a few AdamW steps in, denormal floats make a paper-size step ~5x slower.
@@ -277,6 +373,10 @@ def bench_torch(cfg, batch, steps, warmup, device="cpu"):
 
 
 def bench_wedge(wedge, cfg, batch, steps, warmup, device="cpu"):
+    if cfg.get("task") == "nli":
+        cmd = [wedge, "bench-step", "--task", "nli", "--head", cfg["head"], "--vocab-size", str(cfg["vocab"]), "--batch",
+               str(batch), "--steps", str(steps), "--warmup-steps", str(warmup), "--threads", "2", "--json"]
+        return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
     cmd = [wedge, "bench-step", "--model", cfg["model"], "--vocab-size", str(cfg["vocab"]), "--layers", str(cfg["layers"]),
            "--d-model", str(cfg["d"]), "--d-ff", str(cfg["dff"]), "--heads", str(cfg["heads"]), "--block", str(cfg["block"]),
            "--rank", str(cfg["rank"]), "--windows", ",".join(map(str, cfg["windows"])), "--batch", str(batch),
@@ -306,6 +406,8 @@ def main():
     ap.add_argument("--paper", action="store_true", help="the 6-layer paper configuration at batch 32 x 128")
     ap.add_argument("--seq-scaling", action="store_true", help="2 layers, d 128, batch 1, block 256..8192")
     ap.add_argument("--models", default="transformer,grassmann")
+    ap.add_argument("--nli", action="store_true",
+                    help="the sentence-pair classifier (SNLI) with each head of --models, batch 32 of 24 + 16 tokens")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--literal", action="store_true",
                     help="also time PyTorch's GrassmannLM in the paper code's literal form (an extra, labelled row)")
@@ -319,7 +421,10 @@ def main():
 
     runs = []
     for model in args.models.split(","):
-        if args.seq_scaling:
+        if args.nli:
+            runs.append(({"task": "nli", "model": "nli-" + model, "head": model, "vocab": 30522,
+                          "block": NLI_PREMISE + NLI_HYPOTHESIS}, 32))
+        elif args.seq_scaling:
             for L in (256, 1024, 4096, 8192):
                 runs.append(({"model": model, "vocab": 8192, "layers": 2, "d": 128, "dff": 512, "heads": 4, "block": L,
                               "rank": 16, "windows": [1, 2, 4, 8, 12, 16]}, 1))

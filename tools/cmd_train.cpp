@@ -85,7 +85,7 @@ void add_nli_flags(CLI::App* cmd, NliFlags& f) {
 void check_task_flags(const CLI::App* cmd, const std::string& task) {
   static const char* lm_only[] = {"--model", "--block", "--rank", "--windows", "--window-schedule", "--no-mix-out-proj",
                                   "--patch", "--cover-depth", "--types", "--state-size", "--section-dim", "--expert-d-ff",
-                                  "--energy-weight", "--balance-weight", "--leaky", "--vocab-size", "--max-steps",
+                                  "--energy-weight", "--balance-weight", "--leaky", "--max-steps",
                                   "--eval-every", "--stop-after", "--resume", "--train", "--valid", "--test"};
   static const char* nli_only[] = {"--head", "--hypothesis-only", "--max-length", "--d-proj", "--mixing-heads",
                                    "--window", "--stride", "--protocol", "--train-pairs"};
@@ -94,18 +94,26 @@ void check_task_flags(const CLI::App* cmd, const std::string& task) {
       throw CLI::ValidationError(flag, task == "nli" ? "does not apply to --task nli" : "is for --task nli only");
 }
 
-void train_nli_task(const CLI::App* cmd, const ModelFlags& flags, const TrainSettings& st, const NliFlags& nf) {
-  check_task_flags(cmd, "nli");
-  if (!st.corpus.data.empty() && st.corpus.data != "snli")
-    throw CLI::ValidationError("--data", "--task nli reads SNLI (give --data-dir the SNLI folder)");
+// The classifier's configuration: the paper's head sizes (2 layers, d 256, 4 heads, d_ff
+// 512, dropout 0.1) unless the shared size flags are given.
+models::NliConfig nli_config(const CLI::App* cmd, const ModelFlags& flags, const NliFlags& nf) {
   models::NliConfig config = nf.config;
-  // The paper's head sizes unless given: 2 layers, d 256, 4 heads, d_ff 512, dropout 0.1.
   if (cmd->count("--layers") > 0) config.layers = flags.values.layers;
   if (cmd->count("--d-model") > 0) config.d_model = flags.values.d_model;
   if (cmd->count("--d-ff") > 0) config.d_ff = flags.values.d_ff;
   if (cmd->count("--heads") > 0) config.heads = flags.values.heads;
   if (cmd->count("--dropout") > 0) config.dropout = flags.values.dropout;
   config.seed = flags.values.seed;
+  return config;
+}
+
+void train_nli_task(const CLI::App* cmd, const ModelFlags& flags, const TrainSettings& st, const NliFlags& nf) {
+  check_task_flags(cmd, "nli");
+  if (cmd->count("--vocab-size") > 0)
+    throw CLI::ValidationError("--vocab-size", "--task nli takes its vocabulary from --vocab FILE");
+  if (!st.corpus.data.empty() && st.corpus.data != "snli")
+    throw CLI::ValidationError("--data", "--task nli reads SNLI (give --data-dir the SNLI folder)");
+  const models::NliConfig config = nli_config(cmd, flags, nf);
   NliSettings s;
   s.data_dir = st.corpus.data_dir;
   s.vocab = flags.vocab_file;
@@ -395,8 +403,57 @@ void register_plot(CLI::App& app) {
   });
 }
 
+// `bench-step --task nli`: training steps of the classifier on random pairs of SNLI's
+// typical size, a premise part of 24 tokens and a hypothesis part of 16 (no padding).
+void bench_nli_step(models::NliConfig cfg, std::int64_t vocab_size, std::int64_t B, std::int64_t steps, std::int64_t warmup,
+                    bool json, Device dev) {
+  constexpr std::int64_t kPremise = 24, kHypothesis = 16, T = kPremise + kHypothesis;
+  cfg.vocab_size = vocab_size;
+  auto model = models::make_nli_model(cfg);
+  model->to(dev);
+  model->train();
+  AdamConfig acfg;
+  acfg.weight_decay = 0.01;
+  Adam opt(model->named_parameters(), acfg, decays_by_default);
+  Generator gen(cfg.seed + 1);
+  std::vector<std::int32_t> segments(static_cast<std::size_t>(B * T));
+  for (std::int64_t i = 0; i < B * T; ++i) segments[static_cast<std::size_t>(i)] = i % T >= kPremise ? 1 : 0;
+  const Tensor seg = Tensor::from_vector(segments, {B, T}).to(dev), mask = Tensor::ones({B, T}).to(dev);
+  std::vector<double> times;
+  for (std::int64_t s = 0; s < warmup + steps; ++s) {
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(B * T)), labels(static_cast<std::size_t>(B));
+    for (auto& v : ids) v = static_cast<std::int32_t>(gen.integer(static_cast<std::uint64_t>(vocab_size)));
+    for (auto& v : labels) v = static_cast<std::int32_t>(gen.integer(3));
+    const Tensor x = Tensor::from_vector(ids, {B, T}).to(dev), y = Tensor::from_vector(labels, {B}).to(dev);
+    const auto t0 = std::chrono::steady_clock::now();
+    const Tensor loss = ops::cross_entropy(model->forward(x, seg, mask), y);
+    loss.backward();
+    opt.step(clip_scale(grad_norm(model->parameters()), 1.0));
+    opt.zero_grad();
+    const double loss_value = loss.item();
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (s >= warmup) times.push_back(ms);
+    if (!json) fmt::print(stderr, "step {} {:.1f} ms loss {:.4f}\n", s, ms, loss_value);
+  }
+  std::sort(times.begin(), times.end());
+  const double median = times.empty() ? 0 : times[times.size() / 2];
+  const double pairs_per_s = median > 0 ? static_cast<double>(B) / (median / 1000.0) : 0;
+  const nlohmann::json j = {{"task", "nli"},           {"head", cfg.head},
+                            {"parameters", model->num_parameters()},
+                            {"batch", B},              {"tokens", T},
+                            {"threads", num_threads()}, {"steps", steps},
+                            {"device", dev.str()},     {"step_ms", median},
+                            {"pairs_per_s", pairs_per_s}, {"tokens_per_s", pairs_per_s * double(T)},
+                            {"peak_rss_mb", peak_rss_mb()}};
+  if (json) fmt::print("{}\n", j.dump());
+  else
+    fmt::print("nli {} head: median step {:.1f} ms, {:.0f} pairs/s ({} tokens each), peak RSS {:.0f} MB ({} threads)\n",
+               cfg.head, median, pairs_per_s, T, peak_rss_mb(), num_threads());
+}
+
 void register_bench_step(CLI::App& app) {
-  auto* cmd = app.add_subcommand("bench-step", "Time training steps (forward, loss, backward, AdamW) on random tokens");
+  auto* cmd = app.add_subcommand("bench-step", "Time training steps (forward, loss, backward, AdamW) on random tokens "
+                                               "(--task nli: the sentence-pair classifier on random pairs of 24 + 16 tokens)");
   auto flags = std::make_shared<ModelFlags>();
   auto batch = std::make_shared<std::int64_t>(32);
   auto steps = std::make_shared<std::int64_t>(5);
@@ -404,7 +461,9 @@ void register_bench_step(CLI::App& app) {
   auto threads = std::make_shared<int>(0);
   auto json = std::make_shared<bool>(false);
   auto device = std::make_shared<std::string>("cpu");
+  auto nli = std::make_shared<NliFlags>();
   add_model_flags(*cmd, *flags);
+  add_nli_flags(cmd, *nli);
   cmd->add_option("--device", *device, "cpu or cuda[:N]")->capture_default_str();
   cmd->add_option("--batch", *batch, "Sequences per step")->capture_default_str();
   cmd->add_option("--steps", *steps, "Timed steps")->capture_default_str();
@@ -413,6 +472,12 @@ void register_bench_step(CLI::App& app) {
   cmd->add_flag("--json", *json, "Print one JSON object");
   cmd->callback([=] {
     if (*threads > 0) set_num_threads(*threads);
+    if (nli->task == "nli") {
+      check_task_flags(cmd, "nli");
+      return bench_nli_step(nli_config(cmd, *flags, *nli), flags->values.vocab_size, *batch, *steps, *warmup, *json,
+                            Device::parse(*device));
+    }
+    check_task_flags(cmd, "lm");
     models::LMConfig cfg = flags->config();
     const Device dev = Device::parse(*device);
     auto model = models::make_model(cfg);
