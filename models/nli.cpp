@@ -41,7 +41,8 @@ void NliConfig::validate() const {
   auto need = [](bool ok, const std::string& what) {
     if (!ok) throw std::invalid_argument(what);
   };
-  need(head == "transformer" || head == "grassmann", fmt::format("--head '{}' is unknown (transformer or grassmann)", head));
+  need(head == "transformer" || head == "grassmann" || head == "sheaf",
+       fmt::format("--head '{}' is unknown (transformer, grassmann or sheaf)", head));
   need(vocab_size >= 4, fmt::format("the vocabulary has {} tokens; at least 4 ([PAD], [UNK], [CLS], [SEP])", vocab_size));
   need(layers >= 1, fmt::format("--layers must be at least 1, got {}", layers));
   need(d_model >= 1 && dropout >= 0 && dropout < 1, "--d-model must be positive and --dropout in [0, 1)");
@@ -55,6 +56,12 @@ void NliConfig::validate() const {
     need(window >= 2, fmt::format("--window must be at least 2 (a token and a partner), got {}", window));
     need(stride == window, fmt::format("--stride {} must equal --window {} (non-overlapping windows)", stride, window));
   }
+  if (head == "sheaf") {
+    need(patch >= 1, fmt::format("--patch must be at least 1, got {}", patch));
+    need(cover_depth >= 1 && cover_depth <= 16, fmt::format("--cover-depth must be in [1, 16], got {}", cover_depth));
+    need(types >= 1 && state_size >= 1, "--types and --state-size must be at least 1");
+    need(section_dim >= 2, fmt::format("--section-dim must be at least 2, got {}", section_dim));
+  }
 }
 
 void to_json(nlohmann::json& j, const NliConfig& c) {
@@ -62,6 +69,8 @@ void to_json(nlohmann::json& j, const NliConfig& c) {
        {"d_model", c.d_model},   {"heads", c.heads},               {"d_ff", c.d_ff},
        {"dropout", c.dropout},   {"max_length", c.max_length},     {"d_proj", c.d_proj},
        {"mixing_heads", c.mixing_heads}, {"window", c.window},     {"stride", c.stride},
+       {"patch", c.patch},       {"cover_depth", c.cover_depth},   {"types", c.types},
+       {"state_size", c.state_size}, {"section_dim", c.section_dim},
        {"hypothesis_only", c.hypothesis_only}, {"seed", c.seed}};
 }
 
@@ -79,6 +88,11 @@ void from_json(const nlohmann::json& j, NliConfig& c) {
   c.mixing_heads = j.value("mixing_heads", d.mixing_heads);
   c.window = j.value("window", d.window);
   c.stride = j.value("stride", d.stride);
+  c.patch = j.value("patch", d.patch);
+  c.cover_depth = j.value("cover_depth", d.cover_depth);
+  c.types = j.value("types", d.types);
+  c.state_size = j.value("state_size", d.state_size);
+  c.section_dim = j.value("section_dim", d.section_dim);
   c.hypothesis_only = j.value("hypothesis_only", d.hypothesis_only);
   c.seed = j.value("seed", d.seed);
 }
@@ -159,6 +173,103 @@ Tensor WindowGrassmannBlock::forward(const Tensor& h_in, const Tensor& mask) con
   return norm2_.forward(h + ffn_dropout_.forward(ffn_.forward(h)));
 }
 
+// ---- the SheafState head -----------------------------------------------------------------
+
+PairSheafMixing::PairSheafMixing(const NliConfig& c, Generator& init)
+    : inner_(2 * c.d_model),
+      state_(c.state_size),
+      patch_(c.patch),
+      depth_(c.cover_depth),
+      types_(c.types),
+      section_(c.section_dim),
+      in_(register_module("in", std::make_shared<nn::Linear>(c.d_model, 4 * c.d_model, init, false))),
+      dt_down_(register_module("dt_down", std::make_shared<nn::Linear>(inner_, (c.d_model + 15) / 16, init, false))),
+      dt_up_(register_module("dt_up", std::make_shared<nn::Linear>((c.d_model + 15) / 16, inner_, init, false))),
+      b_proj_(register_module("B", std::make_shared<nn::Linear>(inner_, c.state_size, init, false))),
+      c_proj_(register_module("C", std::make_shared<nn::Linear>(inner_, c.state_size, init, false))),
+      A_log_(register_parameter("A_log", Tensor::zeros({inner_, c.state_size}))),
+      D_skip_(register_parameter("D", Tensor::ones({inner_}))),
+      dt_bias_(register_parameter("dt_bias", Tensor::zeros({inner_}))),
+      summary_(register_module("summary", std::make_shared<nn::Linear>(inner_, c.section_dim, init))),
+      type_(register_module("type", std::make_shared<nn::Linear>(c.section_dim, c.types, init))),
+      restriction_(register_parameter("restriction", Tensor::zeros({2, c.cover_depth, c.types, c.section_dim, c.section_dim}))),
+      query_(register_module("query", std::make_shared<nn::Linear>(c.section_dim, c.section_dim, init, false))),
+      state_x_(register_module("state_x", std::make_shared<nn::Linear>(c.section_dim, inner_, init, false))),
+      state_b_(register_module("state_b", std::make_shared<nn::Linear>(c.section_dim, c.state_size, init, false))),
+      out_(register_module("out", std::make_shared<nn::Linear>(inner_, c.d_model, init, false))) {
+  init_selective_scan(A_log_, dt_bias_, init);
+  init_restriction_bank(restriction_, init);
+}
+
+Tensor PairSheafMixing::forward(const Tensor& h, const Tensor& mask) const {
+  const std::int64_t B = h.size(0), T = h.size(1), E = inner_, N = state_, P = patch_, D = depth_, K = types_,
+                     ds = section_, patches = (T + P - 1) / P, slots = 2 * D;
+  const Device device = h.device();
+  const Tensor xz = in_.forward(h);
+  const Tensor u = ops::silu(ops::narrow(xz, 2, 0, E)), z = ops::narrow(xz, 2, E, E);
+  const Tensor delta = dt_up_.forward(dt_down_.forward(u));
+  const Tensor Bm = b_proj_.forward(u), Cm = c_proj_.forward(u);
+  const Tensor y0 = ops::selective_scan(u, delta, A_log_, Bm, Cm, D_skip_, dt_bias_, Tensor(), P);
+
+  // From the mask (host): each row's real length (padding only at the end), the row of each
+  // patch's last real token, and which cover slots hold a patch with a real token.
+  const std::vector<double> real = mask.to(Device::cpu()).to(DType::F64).to_vector<double>();
+  std::vector<std::int64_t> length(static_cast<std::size_t>(B), 0);
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t t = 0; t < T; ++t) length[static_cast<std::size_t>(b)] += real[static_cast<std::size_t>(b * T + t)] > 0;
+  auto has_real = [&](std::int64_t b, std::int64_t p) { return p >= 0 && p < patches && p * P < length[static_cast<std::size_t>(b)]; };
+  std::vector<std::int32_t> last_rows, slot_rows;
+  std::vector<double> slot_bias, has_cover(static_cast<std::size_t>(B * patches), 0.0);
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t p = 0; p < patches; ++p) {
+      const std::int64_t end = std::min((p + 1) * P, length[static_cast<std::size_t>(b)]);
+      last_rows.push_back(static_cast<std::int32_t>(b * T + std::max(end, p * P + 1) - 1));
+      for (std::int64_t side = 0; side < 2; ++side)
+        for (std::int64_t j = 0; j < D; ++j) {
+          const std::int64_t q = side == 0 ? p - (std::int64_t{1} << j) : p + (std::int64_t{1} << j);
+          const bool valid = has_real(b, p) && has_real(b, q);
+          // Row of r_all viewed as (B·patches·2D, d_s): q's summary restricted by map (side, j).
+          slot_rows.push_back(valid ? static_cast<std::int32_t>(((b * patches + q) * 2 + side) * D + j) : 0);
+          slot_bias.push_back(valid ? 0.0 : -1e9);
+          if (valid) has_cover[static_cast<std::size_t>(b * patches + p)] = 1.0;
+        }
+    }
+  auto on_device = [&](const std::vector<double>& v, const Shape& shape) {
+    return Tensor::from_vector(v, shape).to(h.dtype()).to(device);
+  };
+  auto gather = [&](const Tensor& x, std::int64_t width, const std::vector<std::int32_t>& rows) {
+    const Tensor ids = Tensor::from_vector(rows, {static_cast<std::int64_t>(rows.size())}).to(device);
+    return ops::embedding(ops::reshape(x, {-1, width}), ids);
+  };
+  // Summaries, types, and every restriction of every summary: (B, patches, 2, D, d_s).
+  const Tensor s = ops::layer_norm(summary_.forward(gather(y0, E, last_rows)), Tensor(), Tensor());  // (B·patches, d_s)
+  const Tensor pi = ops::softmax(type_.forward(s), 1);                                             // (B·patches, K)
+  const Tensor all = ops::reshape(ops::linear(s, ops::reshape(restriction_, {slots * K * ds, ds})), {B * patches, slots, K, ds});
+  const Tensor r_all = ops::sum(all * ops::reshape(pi, {B * patches, 1, K, 1}), {2});              // (B·patches, 2D, d_s)
+  const Tensor cover = ops::reshape(gather(r_all, ds, slot_rows), {B * patches, slots, ds});
+  const Tensor scores = ops::sum(cover * ops::unsqueeze(query_.forward(s), 1), {2}) * (1.0 / std::sqrt(double(ds))) +
+                        on_device(slot_bias, {B * patches, slots});
+  const Tensor c = ops::sum(cover * ops::unsqueeze(ops::softmax(scores, 1), 2), {1}) *
+                   on_device(has_cover, {B * patches, 1});                                         // (B·patches, d_s)
+  const Tensor h0 = ops::unsqueeze(ops::reshape(state_x_.forward(c), {B, patches, E}), 3) *
+                    ops::unsqueeze(ops::reshape(state_b_.forward(c), {B, patches, N}), 2);          // (B, patches, E, N)
+  const Tensor y = ops::selective_scan(u, delta, A_log_, Bm, Cm, D_skip_, dt_bias_, h0, P);
+  return out_.forward(y * ops::silu(z));
+}
+
+SheafPairBlock::SheafPairBlock(const NliConfig& c, Generator& init, Generator& dropout)
+    : norm1_(register_module("norm1", std::make_shared<nn::LayerNorm>(c.d_model))),
+      mixing_(register_module("mixing", std::make_shared<PairSheafMixing>(c, init))),
+      mixing_dropout_(register_module("mixing_dropout", std::make_shared<nn::Dropout>(c.dropout, dropout))),
+      norm2_(register_module("norm2", std::make_shared<nn::LayerNorm>(c.d_model))),
+      ffn_(register_module("ffn", std::make_shared<FeedForward>(c.d_model, c.d_ff, init))),
+      ffn_dropout_(register_module("ffn_dropout", std::make_shared<nn::Dropout>(c.dropout, dropout))) {}
+
+Tensor SheafPairBlock::forward(const Tensor& h_in, const Tensor& mask) const {
+  const Tensor h = h_in + mixing_dropout_.forward(mixing_.forward(norm1_.forward(h_in), mask));
+  return h + ffn_dropout_.forward(ffn_.forward(norm2_.forward(h)));
+}
+
 // ---- the model ---------------------------------------------------------------------------
 
 NliModel::NliModel(const NliConfig& config)
@@ -173,10 +284,13 @@ NliModel::NliModel(const NliConfig& config)
     if (c.head == "transformer")
       transformer_blocks_.push_back(
           &register_module(name, std::make_shared<TransformerBlock>(block_config(c), init_gen_, dropout_gen_)));
-    else
+    else if (c.head == "grassmann")
       grassmann_blocks_.push_back(
           &register_module(name, std::make_shared<WindowGrassmannBlock>(c, init_gen_, dropout_gen_)));
+    else
+      sheaf_blocks_.push_back(&register_module(name, std::make_shared<SheafPairBlock>(c, init_gen_, dropout_gen_)));
   }
+  if (c.head == "sheaf") final_norm_ = &register_module("final_norm", std::make_shared<nn::LayerNorm>(c.d_model));
   const std::int64_t features = c.hypothesis_only ? c.d_model : 4 * c.d_model;
   hidden_ = &register_module("classifier.hidden", std::make_shared<nn::Linear>(features, c.d_model, init_gen_));
   classifier_dropout_ = &register_module("classifier.dropout", std::make_shared<nn::Dropout>(c.dropout, dropout_gen_));
@@ -205,6 +319,8 @@ Tensor NliModel::forward(const Tensor& ids, const Tensor& segments, const Tensor
     for (TransformerBlock* block : transformer_blocks_) h = block->forward(h, key_bias);
   }
   for (WindowGrassmannBlock* block : grassmann_blocks_) h = block->forward(h, m);
+  for (SheafPairBlock* block : sheaf_blocks_) h = block->forward(h, m);
+  if (final_norm_ != nullptr) h = final_norm_->forward(h);
 
   // Masked means over each part; a part with no real token in a row is an error upstream.
   auto pool = [&](const Tensor& weights) {  // (B, T) -> (B, d)

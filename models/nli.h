@@ -6,6 +6,7 @@
 //   encoder `layers` blocks of the head, every one blind to padding:
 //     transformer  post-LN blocks of TransformerLM, attention bidirectional over real tokens
 //     grassmann    the gated Grassmann block with Plücker pairs inside windows (below)
+//     sheaf        pre-LN blocks of local scans glued over a two-sided cover (below), then LN
 //   pool    u = mean of h over the premise part, v = mean over the hypothesis part
 //   logits  W_2 Dropout(GELU(W_1 [u; v; |u − v|; u ⊙ v] + b_1)) + b_2      (3 classes)
 //
@@ -20,6 +21,16 @@
 // g_t = W_plü [p̄_t of every head] + b_plü (0 at a token without a real partner), and
 // h <- LN(α ⊙ h + (1 − α) ⊙ Dropout(g)) with α = σ(W_gate [h; g] + b_gate), and the
 // feed-forward sub-block, as in GrassmannLM.
+//
+// SheafState head: the sequence is cut into patches of `patch` tokens; each patch is scanned
+// from a zero state (SheafStateLM's selective scan), its summary s_q = LN(W_s y_{τ_q} + b_s)
+// read at its last REAL token τ_q. A classifier may look both ways, so the cover is
+// two-sided, N(p) = {p ± 1, p ± 2, ..., p ± 2^(D-1)} (patches holding a real token only),
+// with one typed restriction map per distance and side: r_pq = Σ_k π_q[k] R[side, δ, k] s_q.
+// All sections are glued at once — no chain: a_pq = softmax_q((W_a s_p) · r_pq / sqrt(d_s)),
+// c_p = Σ_q a_pq r_pq (0 without a neighbour) — and every patch is scanned again from
+// h0_p = (W_hx c_p) ⊗ (W_hb c_p). The block: h = h + Dropout(W_out (y ⊙ silu(z))) on LN(h),
+// then h = h + Dropout(FFN(LN(h))); the encoder ends with a LayerNorm.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +44,7 @@
 #include "engine/rng.h"
 #include "engine/tensor.h"
 #include "models/grassmann.h"
+#include "models/sheaf.h"
 #include "models/transformer.h"
 
 namespace wedge::models {
@@ -40,7 +52,7 @@ namespace wedge::models {
 inline constexpr std::int64_t kNliClasses = 3;
 
 struct NliConfig {
-  std::string head = "transformer";  // transformer | grassmann
+  std::string head = "transformer";  // transformer | grassmann | sheaf
   std::int64_t vocab_size = 30522;
   std::int64_t layers = 2;
   std::int64_t d_model = 256;
@@ -53,6 +65,12 @@ struct NliConfig {
   std::int64_t mixing_heads = 4;
   std::int64_t window = 8;
   std::int64_t stride = 8;
+  // SheafState head
+  std::int64_t patch = 8;
+  std::int64_t cover_depth = 3;  // neighbours up to 2^(D-1) patches away on each side
+  std::int64_t types = 4;
+  std::int64_t state_size = 16;
+  std::int64_t section_dim = 64;
   bool hypothesis_only = false;  // the control: the hypothesis alone
   std::uint64_t seed = 0;
 
@@ -92,6 +110,43 @@ class WindowGrassmannBlock : public Module {
   nn::LayerNorm& norm2_;
 };
 
+// The SheafState head's mixing: h (B, T, d), mask (B, T) -> (B, T, d).
+class PairSheafMixing : public Module {
+ public:
+  PairSheafMixing(const NliConfig& config, Generator& init);
+  Tensor forward(const Tensor& h, const Tensor& mask) const;
+
+ private:
+  std::int64_t inner_, state_, patch_, depth_, types_, section_;
+  nn::Linear& in_;       // W_in (2E, d), no bias
+  nn::Linear& dt_down_;  // (R, E)
+  nn::Linear& dt_up_;    // (E, R)
+  nn::Linear& b_proj_;   // W_B (N, E)
+  nn::Linear& c_proj_;   // W_C (N, E)
+  Tensor A_log_, D_skip_, dt_bias_;
+  nn::Linear& summary_;  // W_s (d_s, E), b_s
+  nn::Linear& type_;     // W_τ (K, d_s), b_τ
+  Tensor restriction_;   // R (2, D, K, d_s, d_s): side (0 before, 1 after), distance, type
+  nn::Linear& query_;    // W_a (d_s, d_s)
+  nn::Linear& state_x_;  // W_hx (E, d_s)
+  nn::Linear& state_b_;  // W_hb (N, d_s)
+  nn::Linear& out_;      // W_out (d, E)
+};
+
+class SheafPairBlock : public Module {
+ public:
+  SheafPairBlock(const NliConfig& config, Generator& init, Generator& dropout);
+  Tensor forward(const Tensor& h, const Tensor& mask) const;
+
+ private:
+  nn::LayerNorm& norm1_;
+  PairSheafMixing& mixing_;
+  nn::Dropout& mixing_dropout_;
+  nn::LayerNorm& norm2_;
+  FeedForward& ffn_;
+  nn::Dropout& ffn_dropout_;
+};
+
 class NliModel : public Module {
  public:
   explicit NliModel(const NliConfig& config);
@@ -113,6 +168,8 @@ class NliModel : public Module {
   nn::Dropout* embedding_dropout_ = nullptr;
   std::vector<TransformerBlock*> transformer_blocks_;
   std::vector<WindowGrassmannBlock*> grassmann_blocks_;
+  std::vector<SheafPairBlock*> sheaf_blocks_;
+  nn::LayerNorm* final_norm_ = nullptr;  // the sheaf head's (pre-LN blocks)
   nn::Linear* hidden_ = nullptr;
   nn::Dropout* classifier_dropout_ = nullptr;
   nn::Linear* output_ = nullptr;

@@ -30,6 +30,34 @@ Tensor gather_rows(const Tensor& x, std::int64_t width, const std::vector<std::i
 
 // ---- the mixer: local dynamics and gluing ---------------------------------------------
 
+void init_selective_scan(Tensor& A_log, Tensor& dt_bias, Generator& init) {
+  NoGradGuard no_grad;
+  const std::int64_t inner = A_log.size(0), state = A_log.size(1);
+  // Mamba's initialisation: A = -(1, 2, ..., N) for every channel (a spread of time
+  // scales), step sizes dt = softplus(dt_bias) log-uniform in [0.001, 0.1].
+  std::vector<float> a_log(static_cast<std::size_t>(inner * state)), bias(static_cast<std::size_t>(inner));
+  for (std::int64_t e = 0; e < inner; ++e) {
+    for (std::int64_t n = 0; n < state; ++n) a_log[static_cast<std::size_t>(e * state + n)] = std::log(float(n + 1));
+    const double dt = std::exp(std::log(0.001) + init.uniform() * (std::log(0.1) - std::log(0.001)));
+    bias[static_cast<std::size_t>(e)] = static_cast<float>(dt + std::log(-std::expm1(-dt)));  // softplus^-1(dt)
+  }
+  A_log.copy_(Tensor::from_vector(a_log, A_log.shape()));
+  dt_bias.copy_(Tensor::from_vector(bias, dt_bias.shape()));
+}
+
+void init_restriction_bank(Tensor& bank, Generator& init) {
+  NoGradGuard no_grad;
+  // Each restriction map starts near the identity, so a summary passes to its neighbours
+  // almost unchanged before training shapes the maps.
+  const std::int64_t ds = bank.size(-1), maps = bank.numel() / (ds * ds);
+  std::vector<float> r(static_cast<std::size_t>(bank.numel()));
+  for (std::int64_t m = 0; m < maps; ++m)
+    for (std::int64_t i = 0; i < ds; ++i)
+      for (std::int64_t j = 0; j < ds; ++j)
+        r[static_cast<std::size_t>((m * ds + i) * ds + j)] = static_cast<float>((i == j ? 1.0 : 0.0) + 0.02 * init.normal());
+  bank.copy_(Tensor::from_vector(r, bank.shape()));
+}
+
 SheafMixer::SheafMixer(const LMConfig& c, Generator& init)
     : d_model_(c.d_model),
       inner_(2 * c.d_model),
@@ -54,27 +82,8 @@ SheafMixer::SheafMixer(const LMConfig& c, Generator& init)
       state_x_(register_module("state_x", std::make_shared<nn::Linear>(c.section_dim, 2 * c.d_model, init, false))),
       state_b_(register_module("state_b", std::make_shared<nn::Linear>(c.section_dim, c.state_size, init, false))),
       out_(register_module("out", std::make_shared<nn::Linear>(2 * c.d_model, c.d_model, init, false))) {
-  NoGradGuard no_grad;
-  // Mamba's initialisation: A = -(1, 2, ..., N) for every channel (a spread of time
-  // scales), step sizes dt = softplus(dt_bias) log-uniform in [0.001, 0.1].
-  std::vector<float> a_log(static_cast<std::size_t>(inner_ * state_)), dt_bias(static_cast<std::size_t>(inner_));
-  for (std::int64_t e = 0; e < inner_; ++e) {
-    for (std::int64_t n = 0; n < state_; ++n) a_log[static_cast<std::size_t>(e * state_ + n)] = std::log(float(n + 1));
-    const double dt = std::exp(std::log(0.001) + init.uniform() * (std::log(0.1) - std::log(0.001)));
-    dt_bias[static_cast<std::size_t>(e)] = static_cast<float>(dt + std::log(-std::expm1(-dt)));  // softplus^-1(dt)
-  }
-  A_log_.copy_(Tensor::from_vector(a_log, A_log_.shape()));
-  dt_bias_.copy_(Tensor::from_vector(dt_bias, dt_bias_.shape()));
-  // Each restriction map starts near the identity, so a summary passes to its neighbours
-  // almost unchanged before training shapes the maps.
-  std::vector<float> r(static_cast<std::size_t>(restriction_.numel()));
-  const std::int64_t ds = section_;
-  for (std::int64_t m = 0; m < depth_ * types_; ++m)
-    for (std::int64_t i = 0; i < ds; ++i)
-      for (std::int64_t j = 0; j < ds; ++j)
-        r[static_cast<std::size_t>((m * ds + i) * ds + j)] =
-            static_cast<float>((i == j ? 1.0 : 0.0) + 0.02 * init.normal());
-  restriction_.copy_(Tensor::from_vector(r, restriction_.shape()));
+  init_selective_scan(A_log_, dt_bias_, init);
+  init_restriction_bank(restriction_, init);
 }
 
 // The patch summary is layer-normalised (no affine): h0 is a product of two maps of c_p,

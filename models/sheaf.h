@@ -32,6 +32,11 @@
 
 namespace wedge::models {
 
+// Mamba's initialisation of a scan's A_log (E, N) and step-size bias (E), drawing from `init`.
+void init_selective_scan(Tensor& A_log, Tensor& dt_bias, Generator& init);
+// A bank of restriction maps (..., d_s, d_s), each the identity plus Normal(0, 0.02).
+void init_restriction_bank(Tensor& bank, Generator& init);
+
 // What one layer's mixer reports besides its output.
 struct GluingReport {
   Tensor sections;          // c_p, (B, patches, d_s)

@@ -66,8 +66,10 @@ void add_nli_flags(CLI::App* cmd, NliFlags& f) {
   cmd->add_option("--task", f.task, "lm: a language model; nli: sentence-pair classification on SNLI (--data-dir the SNLI folder)")
       ->check(CLI::IsMember({"lm", "nli"}))
       ->capture_default_str();
-  cmd->add_option("--head", f.config.head, "nli: transformer or grassmann (the Grassmann–Plücker head)")
-      ->check(CLI::IsMember({"transformer", "grassmann"}))
+  cmd->add_option("--head", f.config.head,
+                  "nli: transformer, grassmann (the Grassmann–Plücker head) or sheaf (local scans glued over a two-sided "
+                  "cover; --patch, --cover-depth, --types, --state-size, --section-dim)")
+      ->check(CLI::IsMember({"transformer", "grassmann", "sheaf"}))
       ->capture_default_str();
   cmd->add_flag("--hypothesis-only", f.config.hypothesis_only, "nli: the control that reads the hypothesis alone");
   cmd->add_option("--max-length", f.config.max_length, "nli: tokens per sentence, [CLS] and [SEP] included")->capture_default_str();
@@ -84,8 +86,7 @@ void add_nli_flags(CLI::App* cmd, NliFlags& f) {
 // Flags of one task given to the other are errors, not silently ignored.
 void check_task_flags(const CLI::App* cmd, const std::string& task) {
   static const char* lm_only[] = {"--model", "--block", "--rank", "--windows", "--window-schedule", "--no-mix-out-proj",
-                                  "--patch", "--cover-depth", "--types", "--state-size", "--section-dim", "--expert-d-ff",
-                                  "--energy-weight", "--balance-weight", "--leaky", "--max-steps",
+                                  "--expert-d-ff", "--energy-weight", "--balance-weight", "--leaky", "--max-steps",
                                   "--eval-every", "--stop-after", "--resume", "--train", "--valid", "--test"};
   static const char* nli_only[] = {"--head", "--hypothesis-only", "--max-length", "--d-proj", "--mixing-heads",
                                    "--window", "--stride", "--protocol", "--train-pairs"};
@@ -103,6 +104,12 @@ models::NliConfig nli_config(const CLI::App* cmd, const ModelFlags& flags, const
   if (cmd->count("--d-ff") > 0) config.d_ff = flags.values.d_ff;
   if (cmd->count("--heads") > 0) config.heads = flags.values.heads;
   if (cmd->count("--dropout") > 0) config.dropout = flags.values.dropout;
+  // The SheafState head's sizes (its own defaults: patches of 8, cover depth 3).
+  if (cmd->count("--patch") > 0) config.patch = flags.values.patch;
+  if (cmd->count("--cover-depth") > 0) config.cover_depth = flags.values.cover_depth;
+  if (cmd->count("--types") > 0) config.types = flags.values.types;
+  if (cmd->count("--state-size") > 0) config.state_size = flags.values.state_size;
+  if (cmd->count("--section-dim") > 0) config.section_dim = flags.values.section_dim;
   config.seed = flags.values.seed;
   return config;
 }

@@ -118,7 +118,10 @@ TEST_CASE("train --task nli end to end: metrics, checkpoints, test report, major
   c.d_ff = 32;
   c.d_proj = 8;
   c.mixing_heads = 2;
-  for (const char* head : {"transformer", "grassmann"}) {
+  c.patch = 4;
+  c.section_dim = 8;
+  c.state_size = 4;
+  for (const char* head : {"transformer", "grassmann", "sheaf"}) {
     CAPTURE(head);
     c.head = head;
     const NliResult r = train_nli(c, s);
@@ -155,7 +158,7 @@ TEST_CASE("train --task nli end to end: metrics, checkpoints, test report, major
   std::ifstream svg(s.out + "/curves.svg");
   const std::string drawn((std::istreambuf_iterator<char>(svg)), std::istreambuf_iterator<char>());
   CHECK(drawn.find("selection accuracy") != std::string::npos);
-  CHECK(drawn.find("nli, grassmann") != std::string::npos);
+  CHECK(drawn.find("nli, sheaf") != std::string::npos);
   // Through the binary: eval prints the confusion matrix; classify reads pairs.
   auto run = [](const std::string& args) {
     std::string out;
