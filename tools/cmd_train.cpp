@@ -419,9 +419,7 @@ void bench_nli_step(models::NliConfig cfg, std::int64_t vocab_size, std::int64_t
   auto model = models::make_nli_model(cfg);
   model->to(dev);
   model->train();
-  AdamConfig acfg;
-  acfg.weight_decay = 0.01;
-  Adam opt(model->named_parameters(), acfg, decays_by_default);
+  Adam opt = make_adamw(*model, 1e-3, 0.01);
   Generator gen(cfg.seed + 1);
   std::vector<std::int32_t> segments(static_cast<std::size_t>(B * T));
   for (std::int64_t i = 0; i < B * T; ++i) segments[static_cast<std::size_t>(i)] = i % T >= kPremise ? 1 : 0;
@@ -490,9 +488,7 @@ void register_bench_step(CLI::App& app) {
     auto model = models::make_model(cfg);
     model->to(dev);
     model->train();
-    AdamConfig acfg;
-    acfg.weight_decay = 0.01;
-    Adam opt(model->named_parameters(), acfg, decays_by_default);
+    Adam opt = make_adamw(*model, 1e-3, 0.01);
     const std::int64_t B = *batch, L = cfg.block, V = cfg.vocab_size;
     Generator gen(cfg.seed + 1);
     std::vector<double> times;

@@ -249,18 +249,9 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
 
   const auto per_epoch = static_cast<std::int64_t>(splits.train->batches(static_cast<std::size_t>(settings.batch)));
   const std::int64_t total_steps = per_epoch * settings.epochs;
-  const std::int64_t warmup = settings.warmup >= 0 ? settings.warmup : std::max<std::int64_t>(1, total_steps / 20);
-  AdamConfig acfg;
-  acfg.lr = settings.lr;
-  acfg.weight_decay = settings.weight_decay;
-  acfg.beta2 = 0.98;
-  Adam opt(model->named_parameters(), acfg, decays_by_default);
-  LrSchedule sched;
-  sched.kind = LrSchedule::Kind::WarmupCosine;
-  sched.base_lr = settings.lr;
-  sched.warmup_steps = warmup;
-  sched.total_steps = total_steps;
-  sched.min_lr = settings.lr * settings.min_lr_ratio;
+  Adam opt = make_adamw(*model, settings.lr, settings.weight_decay);
+  const LrSchedule sched = warmup_cosine(settings.lr, settings.warmup, total_steps, settings.min_lr_ratio);
+  const std::int64_t warmup = sched.warmup_steps;
 
   fs::create_directories(out);
   write_json_file(out + "/config.json", nlohmann::json{{"task", "nli"}, {"model", config}, {"train", settings.to_json()}});

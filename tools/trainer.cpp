@@ -192,19 +192,9 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   std::int64_t total_steps = per_epoch * std::max<std::int64_t>(st.epochs, 1);
   if (st.max_steps >= 0) total_steps = std::min(total_steps, st.max_steps);
   if (st.max_steps >= 0 && st.max_steps > per_epoch * st.epochs) total_steps = st.max_steps;
-  const std::int64_t warmup = st.warmup >= 0 ? st.warmup : std::max<std::int64_t>(1, total_steps / 20);
-
-  AdamConfig acfg;
-  acfg.lr = st.lr;
-  acfg.weight_decay = st.weight_decay;
-  acfg.beta2 = 0.98;
-  Adam opt(model->named_parameters(), acfg, decays_by_default);
-  LrSchedule sched;
-  sched.kind = LrSchedule::Kind::WarmupCosine;
-  sched.base_lr = st.lr;
-  sched.warmup_steps = warmup;
-  sched.total_steps = total_steps;
-  sched.min_lr = st.lr * st.min_lr_ratio;
+  Adam opt = make_adamw(*model, st.lr, st.weight_decay);
+  const LrSchedule sched = warmup_cosine(st.lr, st.warmup, total_steps, st.min_lr_ratio);
+  const std::int64_t warmup = sched.warmup_steps;
 
   Generator* dropout_gen = dropout_generator(*model);
   std::int64_t step = 0;

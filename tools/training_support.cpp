@@ -1,5 +1,6 @@
 #include "tools/training_support.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -57,6 +58,24 @@ nlohmann::json read_json_file(const std::string& path) {
   } catch (const std::exception& e) {
     throw std::runtime_error("cannot read " + path + ": " + e.what());
   }
+}
+
+Adam make_adamw(const Module& model, double lr, double weight_decay) {
+  AdamConfig config;
+  config.lr = lr;
+  config.weight_decay = weight_decay;
+  config.beta2 = 0.98;
+  return Adam(model.named_parameters(), config, decays_by_default);
+}
+
+LrSchedule warmup_cosine(double lr, std::int64_t warmup, std::int64_t total_steps, double min_lr_ratio) {
+  LrSchedule s;
+  s.kind = LrSchedule::Kind::WarmupCosine;
+  s.base_lr = lr;
+  s.warmup_steps = warmup >= 0 ? warmup : std::max<std::int64_t>(1, total_steps / 20);
+  s.total_steps = total_steps;
+  s.min_lr = lr * min_lr_ratio;
+  return s;
 }
 
 std::string fmt_duration(double seconds) {

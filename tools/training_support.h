@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/module.h"
+#include "engine/optim.h"
 #include "engine/safetensors.h"
 
 namespace wedge::tools {
@@ -38,6 +39,13 @@ void load_parameters(Module& m, const SafeTensors& st, const std::string& file);
 void write_json_file(const std::string& path, const nlohmann::json& j);
 // Reads a JSON file; the error names the file.
 nlohmann::json read_json_file(const std::string& path);
+
+// AdamW as every trainer here runs it: β2 0.98, weight decay on the matrices only
+// (decays_by_default: not on biases, normalisation parameters, A_log, D, dt_bias).
+Adam make_adamw(const Module& model, double lr, double weight_decay);
+// Linear warm-up over `warmup` steps (negative: 5 % of the run, at least 1), then half a
+// cosine down to lr · min_lr_ratio at total_steps.
+LrSchedule warmup_cosine(double lr, std::int64_t warmup, std::int64_t total_steps, double min_lr_ratio);
 
 // "42s", "3m07s", "1h05m"; "?" for a negative or non-finite time.
 std::string fmt_duration(double seconds);

@@ -8,6 +8,7 @@
 #include "engine/autograd.h"
 #include "engine/rng.h"
 #include "model_reference.h"
+#include "parameter_gradients.h"
 #include "models/lm.h"
 #include "models/tied_embedding_lm.h"
 #include "ops/ops.h"
@@ -227,27 +228,7 @@ TEST_CASE("gradients of every parameter tensor match central differences (all th
       return ops::cross_entropy(ops::reshape(model->forward(Tensor::from_vector(ids, {2, 9})), {18, c.vocab_size}),
                                 Tensor::from_vector(targets, {18}));
     };
-    model->zero_grad();
-    loss().backward();
-    for (const auto& [name, p] : model->named_parameters()) {
-      CAPTURE(name);
-      std::vector<float> values = p.to_vector<float>();
-      // An expert no patch was routed to gets no gradient: its derivative is 0.
-      const std::vector<float> grad = p.grad().defined() ? p.grad().to_vector<float>() : std::vector<float>(values.size());
-      // Two entries per tensor: the first and one in the middle.
-      for (std::size_t k : {std::size_t{0}, values.size() / 2}) {
-        const float original = values[k], h = 1e-2f;
-        auto loss_at = [&](float value) {
-          values[k] = value;
-          NoGradGuard no_grad;
-          Tensor(p).detach().copy_(Tensor::from_vector(values, p.shape()));
-          return loss().item();
-        };
-        const double numeric = (loss_at(original + h) - loss_at(original - h)) / (2.0 * h);
-        loss_at(original);
-        CHECK(grad[k] == doctest::Approx(numeric).epsilon(0.03).scale(0.05));
-      }
-    }
+    models::testing::check_parameter_gradients(*model, loss, 1e-2f);
   }
 }
 

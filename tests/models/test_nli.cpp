@@ -11,6 +11,7 @@
 #include "engine/autograd.h"
 #include "engine/rng.h"
 #include "model_reference.h"
+#include "parameter_gradients.h"
 #include "models/nli.h"
 #include "ops/ops.h"
 
@@ -170,25 +171,7 @@ TEST_CASE("classifier gradients of every parameter tensor match central differen
       const Batch b = hypothesis_only ? make_batch({{0, 4}, {0, 6}}, 7, 1) : make_batch({{3, 2}, {5, 4}}, 9, 1);
       const Tensor labels = Tensor::from_vector(std::vector<std::int32_t>{2, 0}, {2});
       auto loss = [&] { return ops::cross_entropy(model->forward(b.ids, b.segments, b.mask), labels); };
-      model->zero_grad();
-      loss().backward();
-      for (const auto& [name, p] : model->named_parameters()) {
-        CAPTURE(name);
-        std::vector<float> values = p.to_vector<float>();
-        const std::vector<float> grad = p.grad().defined() ? p.grad().to_vector<float>() : std::vector<float>(values.size());
-        for (std::size_t k : {std::size_t{0}, values.size() / 2, values.size() - 1}) {
-          const float original = values[k], step = 3e-3f;  // the sheaf head curves too much for 1e-2
-          auto loss_at = [&](float value) {
-            values[k] = value;
-            NoGradGuard no_grad;
-            Tensor(p).detach().copy_(Tensor::from_vector(values, p.shape()));
-            return loss().item();
-          };
-          const double numeric = (loss_at(original + step) - loss_at(original - step)) / (2.0 * step);
-          loss_at(original);
-          CHECK(grad[k] == doctest::Approx(numeric).epsilon(0.03).scale(0.05));
-        }
-      }
+      models::testing::check_parameter_gradients(*model, loss, 3e-3f);  // the sheaf head curves too much for 1e-2
     }
   }
 }
