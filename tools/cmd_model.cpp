@@ -109,6 +109,31 @@ void run_params(const ModelFlags& flags, bool json) {
                            double(total) / 1e6);
 }
 
+// `params --task nli`: the sentence-pair classifier's parameters, part by part.
+void run_nli_params(const models::NliConfig& config, const std::string& vocab_file, std::int64_t vocab_size, bool json) {
+  models::NliConfig c = config;
+  c.vocab_size = vocab_file.empty() ? vocab_size : count_vocab_lines(vocab_file);
+  const auto model = models::make_nli_model(c);
+  const std::int64_t total = model->num_parameters();
+  if (json) {
+    nlohmann::ordered_json out;
+    out["task"] = "nli";
+    out["head"] = c.head;
+    out["total"] = total;
+    out["parts"] = nlohmann::ordered_json::object();
+    for (const auto& [name, count] : model->parameter_breakdown()) out["parts"][name] = count;
+    out["config"] = nlohmann::json(c);
+    std::cout << out.dump() << std::endl;
+    return;
+  }
+  std::cout << fmt::format("sentence-pair classifier, {} head{}: {} layers, d {}, d_ff {}, vocabulary {}\n\n", c.head,
+                           c.hypothesis_only ? " (hypothesis only)" : "", c.layers, c.d_model, c.d_ff, c.vocab_size);
+  std::cout << fmt::format("{:<28} {:>12} {:>8}\n", "part", "parameters", "share");
+  for (const auto& [name, count] : model->parameter_breakdown())
+    std::cout << fmt::format("{:<28} {:>12} {:>7.2f}%\n", name, with_commas(count), 100.0 * double(count) / double(total));
+  std::cout << fmt::format("{:<28} {:>12}   ({:.2f} M)\n", "total", with_commas(total), double(total) / 1e6);
+}
+
 struct AuditFlags {
   std::int64_t length = 0;  // 0: the whole block
   std::vector<std::int64_t> positions;
@@ -140,12 +165,20 @@ void run_audit(const ModelFlags& flags, const AuditFlags& audit) {
 void register_model_commands(CLI::App& app) {
   {
     auto flags = std::make_shared<ModelFlags>();
+    auto nli = std::make_shared<NliFlags>();
     auto json = std::make_shared<bool>(false);
     CLI::App* cmd = app.add_subcommand(
-        "params", "parameter count of a model configuration, with a per-part breakdown");
+        "params", "parameter count of a model configuration (or with --task nli the sentence-pair classifier), with a "
+                  "per-part breakdown");
     add_model_flags(*cmd, *flags);
+    add_nli_flags(cmd, *nli);
     cmd->add_flag("--json", *json, "print one JSON object {model, total, parts, config}");
-    cmd->callback([flags, json] { run_params(*flags, *json); });
+    cmd->callback([flags, nli, json, cmd] {
+      check_task_flags(cmd, nli->task);
+      if (nli->task == "nli")
+        return run_nli_params(nli_config(cmd, *flags, *nli), flags->vocab_file, flags->values.vocab_size, *json);
+      run_params(*flags, *json);
+    });
   }
   {
     auto flags = std::make_shared<ModelFlags>();

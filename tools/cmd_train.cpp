@@ -53,67 +53,6 @@ double peak_rss_mb() {
   return static_cast<double>(ru.ru_maxrss) / 1024.0;
 }
 
-// --task nli: the sentence-pair classifier's own flags, and which of the shared ones mean
-// something else there.
-struct NliFlags {
-  std::string task = "lm";
-  models::NliConfig config;
-  std::string protocol = "auto";
-  std::int64_t train_pairs = -1;
-};
-
-void add_nli_flags(CLI::App* cmd, NliFlags& f) {
-  cmd->add_option("--task", f.task, "lm: a language model; nli: sentence-pair classification on SNLI (--data-dir the SNLI folder)")
-      ->check(CLI::IsMember({"lm", "nli"}))
-      ->capture_default_str();
-  cmd->add_option("--head", f.config.head,
-                  "nli: transformer, grassmann (the Grassmann–Plücker head) or sheaf (local scans glued over a two-sided "
-                  "cover; --patch, --cover-depth, --types, --state-size, --section-dim)")
-      ->check(CLI::IsMember({"transformer", "grassmann", "sheaf"}))
-      ->capture_default_str();
-  cmd->add_flag("--hypothesis-only", f.config.hypothesis_only, "nli: the control that reads the hypothesis alone");
-  cmd->add_option("--max-length", f.config.max_length, "nli: tokens per sentence, [CLS] and [SEP] included")->capture_default_str();
-  cmd->add_option("--d-proj", f.config.d_proj, "nli, grassmann head: reduced dimension of all mixing heads together")->capture_default_str();
-  cmd->add_option("--mixing-heads", f.config.mixing_heads, "nli, grassmann head: Plücker heads (rank d-proj / heads each)")->capture_default_str();
-  cmd->add_option("--window", f.config.window, "nli, grassmann head: tokens per window of Plücker pairs")->capture_default_str();
-  cmd->add_option("--stride", f.config.stride, "nli, grassmann head: distance between window starts (= --window)")->capture_default_str();
-  cmd->add_option("--protocol", f.protocol, "nli: auto, standard (full training split) or reduced (its 1 % sample + dev)")
-      ->check(CLI::IsMember({"auto", "standard", "reduced"}))
-      ->capture_default_str();
-  cmd->add_option("--train-pairs", f.train_pairs, "nli: train on a seeded subset of this many pairs (learning curves)");
-}
-
-// Flags of one task given to the other are errors, not silently ignored.
-void check_task_flags(const CLI::App* cmd, const std::string& task) {
-  static const char* lm_only[] = {"--model", "--block", "--rank", "--windows", "--window-schedule", "--no-mix-out-proj",
-                                  "--expert-d-ff", "--energy-weight", "--balance-weight", "--leaky", "--max-steps",
-                                  "--eval-every", "--stop-after", "--resume", "--train", "--valid", "--test"};
-  static const char* nli_only[] = {"--head", "--hypothesis-only", "--max-length", "--d-proj", "--mixing-heads",
-                                   "--window", "--stride", "--protocol", "--train-pairs"};
-  for (const char* flag : task == "nli" ? std::span<const char* const>(lm_only) : std::span<const char* const>(nli_only))
-    if (const CLI::Option* option = cmd->get_option_no_throw(flag); option != nullptr && option->count() > 0)
-      throw CLI::ValidationError(flag, task == "nli" ? "does not apply to --task nli" : "is for --task nli only");
-}
-
-// The classifier's configuration: the paper's head sizes (2 layers, d 256, 4 heads, d_ff
-// 512, dropout 0.1) unless the shared size flags are given.
-models::NliConfig nli_config(const CLI::App* cmd, const ModelFlags& flags, const NliFlags& nf) {
-  models::NliConfig config = nf.config;
-  if (cmd->count("--layers") > 0) config.layers = flags.values.layers;
-  if (cmd->count("--d-model") > 0) config.d_model = flags.values.d_model;
-  if (cmd->count("--d-ff") > 0) config.d_ff = flags.values.d_ff;
-  if (cmd->count("--heads") > 0) config.heads = flags.values.heads;
-  if (cmd->count("--dropout") > 0) config.dropout = flags.values.dropout;
-  // The SheafState head's sizes (its own defaults: patches of 8, cover depth 3).
-  if (cmd->count("--patch") > 0) config.patch = flags.values.patch;
-  if (cmd->count("--cover-depth") > 0) config.cover_depth = flags.values.cover_depth;
-  if (cmd->count("--types") > 0) config.types = flags.values.types;
-  if (cmd->count("--state-size") > 0) config.state_size = flags.values.state_size;
-  if (cmd->count("--section-dim") > 0) config.section_dim = flags.values.section_dim;
-  config.seed = flags.values.seed;
-  return config;
-}
-
 void train_nli_task(const CLI::App* cmd, const ModelFlags& flags, const TrainSettings& st, const NliFlags& nf) {
   check_task_flags(cmd, "nli");
   if (cmd->count("--vocab-size") > 0)

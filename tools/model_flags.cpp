@@ -1,6 +1,7 @@
 #include "tools/model_flags.h"
 
 #include <fstream>
+#include <span>
 #include <stdexcept>
 
 #include <CLI/CLI.hpp>
@@ -66,6 +67,55 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
       ->capture_default_str();
   app.add_option("--seed", v.seed, "seed of the weight initialisation and dropout")
       ->capture_default_str();
+}
+
+void add_nli_flags(CLI::App* cmd, NliFlags& f) {
+  cmd->add_option("--task", f.task, "lm: a language model; nli: sentence-pair classification on SNLI (--data-dir the SNLI folder)")
+      ->check(CLI::IsMember({"lm", "nli"}))
+      ->capture_default_str();
+  cmd->add_option("--head", f.config.head,
+                  "nli: transformer, grassmann (the Grassmann–Plücker head) or sheaf (local scans glued over a two-sided "
+                  "cover; --patch, --cover-depth, --types, --state-size, --section-dim)")
+      ->check(CLI::IsMember({"transformer", "grassmann", "sheaf"}))
+      ->capture_default_str();
+  cmd->add_flag("--hypothesis-only", f.config.hypothesis_only, "nli: the control that reads the hypothesis alone");
+  cmd->add_option("--max-length", f.config.max_length, "nli: tokens per sentence, [CLS] and [SEP] included")->capture_default_str();
+  cmd->add_option("--d-proj", f.config.d_proj, "nli, grassmann head: reduced dimension of all mixing heads together")->capture_default_str();
+  cmd->add_option("--mixing-heads", f.config.mixing_heads, "nli, grassmann head: Plücker heads (rank d-proj / heads each)")->capture_default_str();
+  cmd->add_option("--window", f.config.window, "nli, grassmann head: tokens per window of Plücker pairs")->capture_default_str();
+  cmd->add_option("--stride", f.config.stride, "nli, grassmann head: distance between window starts (= --window)")->capture_default_str();
+  cmd->add_option("--protocol", f.protocol, "nli: auto, standard (full training split) or reduced (its 1 % sample + dev)")
+      ->check(CLI::IsMember({"auto", "standard", "reduced"}))
+      ->capture_default_str();
+  cmd->add_option("--train-pairs", f.train_pairs, "nli: train on a seeded subset of this many pairs (learning curves)");
+}
+
+void check_task_flags(const CLI::App* cmd, const std::string& task) {
+  static const char* lm_only[] = {"--model", "--block", "--rank", "--windows", "--window-schedule", "--no-mix-out-proj",
+                                  "--expert-d-ff", "--energy-weight", "--balance-weight", "--leaky", "--max-steps",
+                                  "--eval-every", "--stop-after", "--resume", "--train", "--valid", "--test"};
+  static const char* nli_only[] = {"--head", "--hypothesis-only", "--max-length", "--d-proj", "--mixing-heads",
+                                   "--window", "--stride", "--protocol", "--train-pairs"};
+  for (const char* flag : task == "nli" ? std::span<const char* const>(lm_only) : std::span<const char* const>(nli_only))
+    if (const CLI::Option* option = cmd->get_option_no_throw(flag); option != nullptr && option->count() > 0)
+      throw CLI::ValidationError(flag, task == "nli" ? "does not apply to --task nli" : "is for --task nli only");
+}
+
+models::NliConfig nli_config(const CLI::App* cmd, const ModelFlags& flags, const NliFlags& nf) {
+  models::NliConfig config = nf.config;
+  if (cmd->count("--layers") > 0) config.layers = flags.values.layers;
+  if (cmd->count("--d-model") > 0) config.d_model = flags.values.d_model;
+  if (cmd->count("--d-ff") > 0) config.d_ff = flags.values.d_ff;
+  if (cmd->count("--heads") > 0) config.heads = flags.values.heads;
+  if (cmd->count("--dropout") > 0) config.dropout = flags.values.dropout;
+  // The SheafState head's sizes (its own defaults: patches of 8, cover depth 3).
+  if (cmd->count("--patch") > 0) config.patch = flags.values.patch;
+  if (cmd->count("--cover-depth") > 0) config.cover_depth = flags.values.cover_depth;
+  if (cmd->count("--types") > 0) config.types = flags.values.types;
+  if (cmd->count("--state-size") > 0) config.state_size = flags.values.state_size;
+  if (cmd->count("--section-dim") > 0) config.section_dim = flags.values.section_dim;
+  config.seed = flags.values.seed;
+  return config;
 }
 
 }  // namespace wedge::tools

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "models/lm.h"
+#include "models/nli.h"
 
 namespace CLI { class App; }
 
@@ -27,6 +28,24 @@ struct ModelFlags {
 };
 
 void add_model_flags(CLI::App& app, ModelFlags& flags);
+
+// --task nli: the sentence-pair classifier's own flags (--task --head --hypothesis-only
+// --max-length --d-proj --mixing-heads --window --stride --protocol --train-pairs); the
+// shared size flags (--layers --d-model --d-ff --heads --dropout --seed and the SheafState
+// head's --patch --cover-depth --types --state-size --section-dim) set the classifier's
+// sizes when given.
+struct NliFlags {
+  std::string task = "lm";  // lm | nli
+  models::NliConfig config;
+  std::string protocol = "auto";
+  std::int64_t train_pairs = -1;
+};
+void add_nli_flags(CLI::App* cmd, NliFlags& flags);
+// Flags of one task given to the other are errors, not silently ignored (CLI::ValidationError).
+void check_task_flags(const CLI::App* cmd, const std::string& task);
+// The classifier's configuration: the paper's head sizes (2 layers, d 256, 4 heads, d_ff
+// 512, dropout 0.1) unless the shared size flags are given.
+models::NliConfig nli_config(const CLI::App* cmd, const ModelFlags& flags, const NliFlags& nli);
 
 // Number of lines of a vocabulary file (one token per line; a final line without a
 // newline counts, a trailing empty line does not).
