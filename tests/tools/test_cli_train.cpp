@@ -124,3 +124,32 @@ TEST_CASE("eval and generate read a run directory; bad input is named") {
   fs::remove_all(out);
   fs::remove_all(out + "_wt");
 }
+
+TEST_CASE("train --data text through the command line; its flags are refused elsewhere") {
+  if (!fs::exists(WEDGE_CLI)) {
+    MESSAGE("wedge binary not built; skipped");
+    return;
+  }
+  const std::string dir = temp_dir("text");
+  fs::create_directories(dir);
+  std::ofstream(dir + "/vocab.txt") << "[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\ncat\nsat\non\nmat\n.\n";
+  {
+    std::ofstream text(dir + "/mine.txt");
+    for (int i = 0; i < 200; ++i) text << (i % 2 ? "the cat sat on the mat .\n" : "the mat sat on the cat .\n");
+  }
+  const std::string out = dir + "/run";
+  Run t = run("train --data text --train " + dir + "/mine.txt --vocab " + dir +
+              "/vocab.txt --layers 1 --d-model 16 --d-ff 32 --heads 2 --block 16 --batch 4 --max-steps 5 --out " + out);
+  CHECK(t.status == 0);
+  CHECK(t.out.find("validation: the last 5 %") != std::string::npos);
+  Run e = run("eval --run " + out + " --split valid");
+  CHECK(e.status == 0);
+  CHECK(e.out.find("text valid perplexity") != std::string::npos);
+  Run no_test = run("eval --run " + out + " --split test");
+  CHECK(no_test.status != 0);
+  CHECK(no_test.out.find("--test FILE") != std::string::npos);
+  Run misplaced = run("train --train " + dir + "/mine.txt --out " + out + "_x");
+  CHECK(misplaced.status != 0);
+  CHECK(misplaced.out.find("--data text only") != std::string::npos);
+  fs::remove_all(dir);
+}
