@@ -44,46 +44,12 @@ inline void randomize_parameters(Module& model, std::uint64_t seed, double std =
   }
 }
 
-class ReferenceLM {
+// The building blocks, in double precision over parameters read by name.
+class ReferenceOps {
  public:
-  ReferenceLM(const LMConfig& c, std::map<std::string, std::vector<double>> params)
-      : c_(c), p_(std::move(params)) {}
+  explicit ReferenceOps(std::map<std::string, std::vector<double>> params) : p_(std::move(params)) {}
 
-  // logits (L, V) for one sequence of ids.
-  Matrix logits(const std::vector<std::int32_t>& ids) const {
-    const std::int64_t L = static_cast<std::int64_t>(ids.size()), d = c_.d_model;
-    const auto& E = at("token_embedding.weight");
-    const auto& P = at("position_embedding.weight");
-    Matrix h(L, std::vector<double>(d));
-    for (std::int64_t t = 0; t < L; ++t)
-      for (std::int64_t i = 0; i < d; ++i) h[t][i] = E[ids[t] * d + i] + P[t * d + i];
-    if (c_.model == "sheaf") return head(sheaf_blocks(h));
-    for (std::int64_t layer = 0; layer < c_.layers; ++layer) {
-      const std::string pre = "blocks." + std::to_string(layer) + ".";
-      h = c_.model == "transformer" ? attention_sublayer(pre, h)
-                                    : grassmann_sublayer(pre, c_.offsets_for_layer(layer), h);
-      Matrix f = linear(gelu(linear(h, pre + "ffn.w1")), pre + "ffn.w2");
-      h = layer_norm(add(h, f), pre + "norm2");
-    }
-    return head(h);
-  }
-
- private:
   const std::vector<double>& at(const std::string& name) const { return p_.at(name); }
-
-  // The tied head: logits = E h.
-  Matrix head(const Matrix& h) const {
-    const auto& E = at("token_embedding.weight");
-    const std::int64_t d = c_.d_model;
-    Matrix out(h.size(), std::vector<double>(c_.vocab_size));
-    for (std::size_t t = 0; t < h.size(); ++t)
-      for (std::int64_t v = 0; v < c_.vocab_size; ++v) {
-        double s = 0;
-        for (std::int64_t i = 0; i < d; ++i) s += E[v * d + i] * h[t][i];
-        out[t][v] = s;
-      }
-    return out;
-  }
 
   // x W^T (+ b when the module has a bias).
   Matrix linear(const Matrix& x, const std::string& module) const {
@@ -138,27 +104,28 @@ class ReferenceLM {
     return x;
   }
 
-  // ---- SheafStateLM ----------------------------------------------------------------
 
-  // Σ_k π_k R[j, k] s with π = softmax(W_type s + b): the restriction of s to distance j.
-  std::vector<double> restrict_to(const std::string& pre, const std::vector<double>& s, std::int64_t j) const {
-    const std::int64_t K = c_.types, ds = c_.section_dim;
+  // Σ_k π_k R[map, k] s with π = softmax(W_type s + b), R the bank pre + "restriction"
+  // viewed as (maps, K, d_s, d_s): the restriction of s by map `map`.
+  std::vector<double> restrict_with(const std::string& pre, const std::vector<double>& s, std::int64_t map) const {
     const std::vector<double> pi = softmax(linear(s, pre + "type"));
+    const std::int64_t K = static_cast<std::int64_t>(pi.size()), ds = static_cast<std::int64_t>(s.size());
     const auto& R = at(pre + "restriction");
     std::vector<double> r(static_cast<std::size_t>(ds), 0.0);
     for (std::int64_t k = 0; k < K; ++k)
       for (std::int64_t i = 0; i < ds; ++i) {
         double v = 0;
-        for (std::int64_t m = 0; m < ds; ++m) v += R[static_cast<std::size_t>(((j * K + k) * ds + i) * ds + m)] * s[m];
+        for (std::int64_t m = 0; m < ds; ++m) v += R[static_cast<std::size_t>(((map * K + k) * ds + i) * ds + m)] * s[m];
         r[i] += pi[k] * v;
       }
     return r;
   }
 
-  // The scan of tokens [t0, t1) from the state h (E x N), token by token; returns y.
+  // The scan of tokens [t0, t1) from the state h (E x N), token by token, with A_log, D of
+  // module `pre`; returns y.
   Matrix scan(const std::string& pre, const Matrix& u, const Matrix& dt, const Matrix& B, const Matrix& C,
               std::int64_t t0, std::int64_t t1, Matrix h) const {
-    const std::int64_t E = std::int64_t(u[0].size()), N = c_.state_size;
+    const std::int64_t E = std::int64_t(u[0].size()), N = std::int64_t(at(pre + "A_log").size()) / E;
     const auto& A_log = at(pre + "A_log");
     const auto& Dskip = at(pre + "D");
     Matrix y;
@@ -175,6 +142,55 @@ class ReferenceLM {
       y.push_back(out);
     }
     return y;
+  }
+ protected:
+  std::map<std::string, std::vector<double>> p_;
+};
+
+class ReferenceLM : public ReferenceOps {
+ public:
+  ReferenceLM(const LMConfig& c, std::map<std::string, std::vector<double>> params)
+      : ReferenceOps(std::move(params)), c_(c) {}
+
+  // logits (L, V) for one sequence of ids.
+  Matrix logits(const std::vector<std::int32_t>& ids) const {
+    const std::int64_t L = static_cast<std::int64_t>(ids.size()), d = c_.d_model;
+    const auto& E = at("token_embedding.weight");
+    const auto& P = at("position_embedding.weight");
+    Matrix h(L, std::vector<double>(d));
+    for (std::int64_t t = 0; t < L; ++t)
+      for (std::int64_t i = 0; i < d; ++i) h[t][i] = E[ids[t] * d + i] + P[t * d + i];
+    if (c_.model == "sheaf") return head(sheaf_blocks(h));
+    for (std::int64_t layer = 0; layer < c_.layers; ++layer) {
+      const std::string pre = "blocks." + std::to_string(layer) + ".";
+      h = c_.model == "transformer" ? attention_sublayer(pre, h)
+                                    : grassmann_sublayer(pre, c_.offsets_for_layer(layer), h);
+      Matrix f = linear(gelu(linear(h, pre + "ffn.w1")), pre + "ffn.w2");
+      h = layer_norm(add(h, f), pre + "norm2");
+    }
+    return head(h);
+  }
+
+ private:
+  // The tied head: logits = E h.
+  Matrix head(const Matrix& h) const {
+    const auto& E = at("token_embedding.weight");
+    const std::int64_t d = c_.d_model;
+    Matrix out(h.size(), std::vector<double>(c_.vocab_size));
+    for (std::size_t t = 0; t < h.size(); ++t)
+      for (std::int64_t v = 0; v < c_.vocab_size; ++v) {
+        double s = 0;
+        for (std::int64_t i = 0; i < d; ++i) s += E[v * d + i] * h[t][i];
+        out[t][v] = s;
+      }
+    return out;
+  }
+
+  // ---- SheafStateLM ----------------------------------------------------------------
+
+  // Σ_k π_k R[j, k] s: the restriction of s to distance j.
+  std::vector<double> restrict_to(const std::string& pre, const std::vector<double>& s, std::int64_t j) const {
+    return restrict_with(pre, s, j);
   }
 
   Matrix sheaf_blocks(Matrix h) const {
@@ -318,7 +334,6 @@ class ReferenceLM {
   }
 
   LMConfig c_;
-  std::map<std::string, std::vector<double>> p_;
 };
 
 }  // namespace wedge::models::testing

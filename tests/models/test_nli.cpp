@@ -203,3 +203,85 @@ TEST_CASE("classifier: configuration and input are checked") {
   for (const auto& [name, p] : model->named_parameters()) direct += p.numel();
   CHECK(total == direct);
 }
+
+TEST_CASE("the SheafState head's mixing matches a plain loop: scans, summaries at the last real token, two-sided gluing") {
+  NliConfig c = tiny("sheaf");
+  Generator init(6);
+  models::PairSheafMixing mixing(c, init);
+  for (auto& [name, p] : mixing.named_parameters()) {
+    NoGradGuard no_grad;
+    if (name != "A_log" && name != "dt_bias") p.copy_(Tensor::randn(p.shape(), name.size() * 31 + 7, 0.0, 0.5));
+  }
+  // One row of 7 real tokens of 10: patches [0,2) [2,4) [4,6) [6,8) [8,10); the 4th patch
+  // ends on a pad (its summary is read at token 6), the 5th is all padding.
+  const std::int64_t T = 10, real = 7, d = c.d_model, P = c.patch, D = c.cover_depth, E = 2 * d, N = c.state_size;
+  std::vector<float> mask(T, 0.0f);
+  for (std::int64_t t = 0; t < real; ++t) mask[t] = 1.0f;
+  const Tensor h = Tensor::randn({1, T, d}, 78, 0.0, 1.0);
+  std::vector<float> got;
+  {
+    NoGradGuard no_grad;
+    got = mixing.forward(h, Tensor::from_vector(mask, {1, T})).to_vector<float>();
+  }
+  using models::testing::Matrix;
+  const models::testing::ReferenceOps ref(models::testing::host_parameters(mixing));
+  const std::vector<float> hv = h.to_vector<float>();
+  Matrix x(T, std::vector<double>(d));
+  for (std::int64_t t = 0; t < T; ++t)
+    for (std::int64_t i = 0; i < d; ++i) x[t][i] = hv[t * d + i];
+  const Matrix xz = ref.linear(x, "in");
+  Matrix u(T, std::vector<double>(E)), dt(T, std::vector<double>(E));
+  for (std::int64_t t = 0; t < T; ++t)
+    for (std::int64_t e = 0; e < E; ++e) u[t][e] = ref.silu(xz[t][e]);
+  const Matrix delta = ref.linear(ref.linear(u, "dt_down"), "dt_up");
+  for (std::int64_t t = 0; t < T; ++t)
+    for (std::int64_t e = 0; e < E; ++e) dt[t][e] = ref.softplus(delta[t][e] + ref.at("dt_bias")[e]);
+  const Matrix B = ref.linear(u, "B"), C = ref.linear(u, "C");
+  const std::int64_t patches = (T + P - 1) / P;
+  auto has_real = [&](std::int64_t q) { return q >= 0 && q < patches && q * P < real; };
+  Matrix summaries(patches);
+  for (std::int64_t p = 0; p < patches; ++p) {
+    if (!has_real(p)) continue;
+    const Matrix y0 = ref.scan("", u, dt, B, C, p * P, std::min(T, (p + 1) * P), Matrix(E, std::vector<double>(N, 0.0)));
+    const std::int64_t last = std::min((p + 1) * P, real) - 1 - p * P;
+    summaries[p] = ref.layer_norm(Matrix{ref.linear(y0[static_cast<std::size_t>(last)], "summary")}, "")[0];
+  }
+  for (std::int64_t p = 0; p < patches && has_real(p); ++p) {
+    Matrix cover;
+    for (std::int64_t side = 0; side < 2; ++side)
+      for (std::int64_t j = 0; j < D; ++j) {
+        const std::int64_t q = side == 0 ? p - (std::int64_t{1} << j) : p + (std::int64_t{1} << j);
+        if (has_real(q)) cover.push_back(ref.restrict_with("", summaries[q], side * D + j));
+      }
+    std::vector<double> c_p(static_cast<std::size_t>(c.section_dim), 0.0);
+    if (!cover.empty()) {
+      const std::vector<double> query = ref.linear(summaries[p], "query");
+      std::vector<double> scores;
+      for (const auto& r : cover) {
+        double dot = 0;
+        for (std::size_t i = 0; i < r.size(); ++i) dot += r[i] * query[i];
+        scores.push_back(dot / std::sqrt(double(c.section_dim)));
+      }
+      const std::vector<double> a = ref.softmax(scores);
+      for (std::size_t m = 0; m < cover.size(); ++m)
+        for (std::size_t i = 0; i < c_p.size(); ++i) c_p[i] += a[m] * cover[m][i];
+    }
+    const std::vector<double> hx = ref.linear(c_p, "state_x"), hb = ref.linear(c_p, "state_b");
+    Matrix h0(E, std::vector<double>(N));
+    for (std::int64_t e = 0; e < E; ++e)
+      for (std::int64_t n = 0; n < N; ++n) h0[e][n] = hx[e] * hb[n];
+    const Matrix y = ref.scan("", u, dt, B, C, p * P, std::min(T, (p + 1) * P), h0);
+    for (std::int64_t k = 0; k < static_cast<std::int64_t>(y.size()); ++k) {
+      const std::int64_t t = p * P + k;
+      if (t >= real) continue;  // padding: nobody reads it
+      std::vector<double> gated(static_cast<std::size_t>(E));
+      for (std::int64_t e = 0; e < E; ++e) gated[e] = y[k][e] * ref.silu(xz[t][E + e]);
+      const std::vector<double> out = ref.linear(gated, "out");
+      for (std::int64_t o = 0; o < d; ++o) {
+        CAPTURE(t);
+        CAPTURE(o);
+        CHECK(got[t * d + o] == doctest::Approx(out[o]).epsilon(1e-4).scale(1e-3));
+      }
+    }
+  }
+}
