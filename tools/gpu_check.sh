@@ -22,6 +22,9 @@ done
 build-gpu/wedge audit-causal --model sheaf --leaky --device cuda > "$OUT/audit_sheaf_leaky.log" 2>&1 \
   && echo "the leaky SheafState variant was NOT caught on the GPU" >> "$OUT/audit_sheaf_leaky.log"
 build-gpu/wedge bench-step --model sheaf --device cuda --batch 32 --steps 10 --json > "$OUT/bench_sheaf_cuda.log" 2>&1
+for h in transformer grassmann sheaf; do  # the sentence-pair classifier's heads on the GPU
+  build-gpu/wedge bench-step --task nli --head $h --device cuda --batch 32 --steps 10 --json > "$OUT/bench_nli_${h}_cuda.log" 2>&1
+done
 build-gpu/bench/bench_backends > "$OUT/bench_backends.log" 2>&1
 python3 bench/compare_pytorch.py --wedge build-gpu/wedge --device cuda --paper --steps 20 > "$OUT/compare_pytorch_cuda.log" 2>&1
 tail -3 "$OUT/ctest.log"
