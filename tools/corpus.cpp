@@ -26,8 +26,8 @@ void CorpusSpec::write_to(nlohmann::json& settings) const {
     return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
   };
   settings["data"] = data.empty() ? "synthetic" : data;
-  settings["data_dir"] = data_dir;
-  settings["vocab"] = vocab;
+  settings["data_dir"] = absolute(data_dir);
+  settings["vocab"] = absolute(vocab);
   if (data == "text") {
     settings["train_file"] = absolute(train_file);
     settings["valid_file"] = absolute(valid_file);

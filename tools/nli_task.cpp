@@ -209,6 +209,7 @@ ClassificationReport majority_baseline(const data::SnliDataset& train, const dat
 
 NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
   if (st.out.empty()) throw std::runtime_error("train: --out RUNDIR is required");
+  if (st.data_dir.empty()) throw std::runtime_error("--task nli needs --data-dir DIR (the SNLI folder)");
   if (st.batch < 1) throw std::runtime_error(fmt::format("train: --batch must be at least 1, got {}", st.batch));
   if (st.epochs < 1) throw std::runtime_error(fmt::format("train: --epochs must be at least 1, got {}", st.epochs));
   if (!(st.lr > 0)) throw std::runtime_error(fmt::format("train: --lr must be positive, got {}", st.lr));
@@ -223,6 +224,9 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
 
   NliSettings settings = st;
   if (settings.vocab.empty()) settings.vocab = data::find_vocab_near(settings.data_dir).string();
+  // Recorded as absolute paths, so eval and classify find them from any folder.
+  for (std::string* path : {&settings.vocab, &settings.data_dir})
+    if (!path->empty()) *path = fs::absolute(*path).lexically_normal().string();
   const data::Tokenizer tokenizer = data::Tokenizer::from_file(settings.vocab);
   models::NliConfig config = config_in;
   config.vocab_size = tokenizer.vocab().size();
