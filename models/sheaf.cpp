@@ -99,10 +99,17 @@ Tensor SheafMixer::forward(const Tensor& h, GluingReport& report) const {
   const Device device = h.device();
 
   const Tensor xz = in_.forward(h);
-  const Tensor u = ops::silu(ops::narrow(xz, 2, 0, E));
-  const Tensor z = ops::narrow(xz, 2, E, E);
-  const Tensor delta = dt_up_.forward(dt_down_.forward(u));
-  const Tensor Bm = b_proj_.forward(u), Cm = c_proj_.forward(u);
+  // x and z as two views of xz; unbind's backward fills one gradient of xz's size (two
+  // narrows would each fill one and then add them).
+  const std::vector<Tensor> x_z = ops::unbind(ops::reshape(xz, {B, L, 2, E}), 2);
+  const Tensor u = ops::silu(x_z[0]);
+  const Tensor& z = x_z[1];
+  // W_down, W_B and W_C read the same u: one GEMM with the three stacked (and in the
+  // backward one gradient of u instead of three to add up).
+  const Tensor projected = ops::linear(u, ops::cat({dt_down_.weight, b_proj_.weight, c_proj_.weight}, 0));
+  const std::int64_t rank = dt_down_.weight.size(0);
+  const Tensor delta = dt_up_.forward(ops::narrow(projected, 2, 0, rank));
+  const Tensor Bm = ops::narrow(projected, 2, rank, N), Cm = ops::narrow(projected, 2, rank + N, N);
 
   // Φ from zero states, every patch at once: what each patch computes from its own tokens.
   const Tensor y0 = ops::selective_scan(u, delta, A_log_, Bm, Cm, D_skip_, dt_bias_, Tensor(), P);
