@@ -18,7 +18,7 @@ with them.
     /usr/bin/python3 bench/compare_pytorch.py --paper         # 6-layer paper config (slow)
     /usr/bin/python3 bench/compare_pytorch.py --seq-scaling   # 2 layers, d 128, batch 1, L 256..8192
     /usr/bin/python3 bench/compare_pytorch.py --paper --models sheaf   # SheafStateLM (PyTorch peaks ~22 GB)
-    /usr/bin/python3 bench/compare_pytorch.py --nli           # the SNLI classifier, both heads
+    /usr/bin/python3 bench/compare_pytorch.py --nli --models transformer,grassmann,sheaf   # the SNLI classifier
 """
 import argparse
 import json
@@ -44,6 +44,27 @@ def reexec_with_env():
     env.update(ENV)
     env["WEDGE_BENCH_CHILD"] = "1"
     os.execve(sys.executable, [sys.executable] + sys.argv, env)
+
+
+def patch_scan(torch, u, dt, A, B, C, D, h0, P):
+    """The selective scan of every patch of P tokens at once (a loop over the P positions of
+    a patch, vectorised over batch, patches, channels and states), from the states h0
+    (batch, patches, E, N), or from zeros."""
+    F = torch.nn.functional
+    Bt, L, E = u.shape
+    nP, N = -(-L // P), A.shape[1]
+    pad = nP * P - L
+
+    def patches(x):  # (Bt, L, ...) -> (Bt, nP, P, ...)
+        return F.pad(x, (0, 0, 0, pad)).view(Bt, nP, P, x.shape[-1])
+    u4, dt4, B4, C4 = patches(u), patches(dt), patches(B), patches(C)
+    h = h0 if h0 is not None else torch.zeros(Bt, nP, E, N)
+    ys = []
+    for k in range(P):
+        dtk = dt4[:, :, k, :, None]
+        h = torch.exp(dtk * A) * h + dtk * u4[:, :, k, :, None] * B4[:, :, k, None, :]
+        ys.append((h * C4[:, :, k, None, :]).sum(-1) + D * u4[:, :, k])
+    return torch.stack(ys, 2).reshape(Bt, nP * P, E)[:, :L]
 
 
 def torch_models(torch):
@@ -138,19 +159,7 @@ def torch_models(torch):
             self.experts = nn.ModuleList([FFN(d, dff) for _ in range(types)])
 
         def scan(self, u, dt, A, B, C, h0):
-            Bt, L, E = u.shape
-            nP, P = -(-L // self.P), self.P
-            pad = nP * P - L
-            def patches(x):  # (Bt, L, ...) -> (Bt, nP, P, ...)
-                return F.pad(x, (0, 0, 0, pad)).view(Bt, nP, P, x.shape[-1])
-            u4, dt4, B4, C4 = patches(u), patches(dt), patches(B), patches(C)
-            h = h0 if h0 is not None else torch.zeros(Bt, nP, E, self.N)
-            ys = []
-            for k in range(P):
-                dtk = dt4[:, :, k, :, None]
-                h = torch.exp(dtk * A) * h + dtk * u4[:, :, k, :, None] * B4[:, :, k, None, :]
-                ys.append((h * C4[:, :, k, None, :]).sum(-1) + self.D * u4[:, :, k])
-            return torch.stack(ys, 2).reshape(Bt, nP * P, E)[:, :L]
+            return patch_scan(torch, u, dt, A, B, C, self.D, h0, self.P)
 
         def forward(self, h_in, drop):
             Bt, L, d = h_in.shape
@@ -290,11 +299,72 @@ def torch_nli(torch):
             h = self.mix(h)
             return self.n2(h + self.drop(self.w2(F.gelu(self.w1(h)))))
 
+    class PairSheaf(nn.Module):
+        """The SheafState head's block (models/nli.h), pre-LN: zero-state scans of patches of
+        8, summaries at each patch's last token (every token is real here), the two-sided
+        cover p ± 1, ± 2, ± 4 glued in one round, the second scan from h0; W_down, W_B, W_C
+        in one GEMM, as wedge does."""
+
+        def __init__(self, d, dff, drop, patch=8, depth=3, types=4, states=16, ds=64):
+            super().__init__()
+            E, R = 2 * d, (d + 15) // 16
+            self.P, self.depth, self.K, self.N, self.ds, self.E, self.R_ = patch, depth, types, states, ds, E, R
+            self.inp = nn.Linear(d, 2 * E, bias=False)
+            self.dt_down, self.dt_up = nn.Linear(E, R, bias=False), nn.Linear(R, E, bias=False)
+            self.Bp, self.Cp = nn.Linear(E, states, bias=False), nn.Linear(E, states, bias=False)
+            self.A_log = nn.Parameter(torch.log(torch.arange(1, states + 1, dtype=torch.float)).repeat(E, 1))
+            self.D = nn.Parameter(torch.ones(E))
+            self.dt_bias = nn.Parameter(torch.full((E,), -3.0))
+            self.summary, self.patch_type = nn.Linear(E, ds), nn.Linear(ds, types)
+            self.bank = nn.Parameter(torch.eye(ds).repeat(2 * depth, types, 1, 1) + 0.02 * torch.randn(2 * depth, types, ds, ds))
+            self.query = nn.Linear(ds, ds, bias=False)
+            self.sx, self.sb = nn.Linear(ds, E, bias=False), nn.Linear(ds, states, bias=False)
+            self.out = nn.Linear(E, d, bias=False)
+            self.n1, self.n2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.w1, self.w2 = nn.Linear(d, dff), nn.Linear(dff, d)
+            self.drop = nn.Dropout(drop)
+
+        def mix(self, h):
+            Bt, L, d = h.shape
+            E, P, ds, K, N, R = self.E, self.P, self.ds, self.K, self.N, self.R_
+            nP = -(-L // P)
+            x, z = self.inp(h).split(E, -1)
+            u = F.silu(x)
+            proj = F.linear(u, torch.cat([self.dt_down.weight, self.Bp.weight, self.Cp.weight]))
+            dt = F.softplus(self.dt_up(proj[..., :R]) + self.dt_bias)
+            B, C, A = proj[..., R:R + N], proj[..., R + N:], -torch.exp(self.A_log)
+            y0 = patch_scan(torch, u, dt, A, B, C, self.D, None, P)
+            last = torch.clamp(torch.arange(1, nP + 1) * P, max=L) - 1
+            s = F.layer_norm(self.summary(y0[:, last]), (ds,))                         # (Bt, nP, ds)
+            pi = torch.softmax(self.patch_type(s), -1)
+            slots = 2 * self.depth
+            r_all = (F.linear(s, self.bank.reshape(slots * K * ds, ds)).view(Bt, nP, slots, K, ds) *
+                     pi[:, :, None, :, None]).sum(3)                                      # (Bt, nP, 2D, ds)
+            offsets = torch.tensor([-(1 << j) for j in range(self.depth)] + [1 << j for j in range(self.depth)])
+            q = torch.arange(nP)[:, None] + offsets[None, :]                              # (nP, 2D)
+            valid = (q >= 0) & (q < nP)
+            cover = r_all[:, q.clamp(0, nP - 1), torch.arange(slots)[None, :].expand(nP, slots)]  # (Bt, nP, 2D, ds)
+            scores = (cover * self.query(s)[:, :, None]).sum(-1) / ds ** 0.5
+            a = torch.softmax(scores.masked_fill(~valid, -1e9), -1)
+            c = (cover * a[..., None]).sum(2) * valid.any(1)[None, :, None]
+            h0 = self.sx(c)[..., None] * self.sb(c)[:, :, None, :]
+            y = patch_scan(torch, u, dt, A, B, C, self.D, h0, P)
+            return self.out(y * F.silu(z))
+
+        def forward(self, h):
+            h = h + self.drop(self.mix(self.n1(h)))
+            return h + self.drop(self.w2(F.gelu(self.w1(self.n2(h)))))
+
     class Nli(nn.Module):
         def __init__(self, head, vocab, d=256, layers=2, heads=4, dff=512, d_proj=64, mixing_heads=4, window=8, drop=0.1):
             super().__init__()
             self.tok, self.pos, self.seg = nn.Embedding(vocab, d), nn.Embedding(95, d), nn.Embedding(2, d)
-            self.blocks = nn.ModuleList(Block(head, d, heads, dff, d_proj, mixing_heads, window, drop) for _ in range(layers))
+            if head == "sheaf":
+                self.blocks = nn.ModuleList(PairSheaf(d, dff, drop) for _ in range(layers))
+            else:
+                self.blocks = nn.ModuleList(Block(head, d, heads, dff, d_proj, mixing_heads, window, drop)
+                                            for _ in range(layers))
+            self.final = nn.LayerNorm(d) if head == "sheaf" else nn.Identity()
             self.hidden, self.output, self.drop = nn.Linear(4 * d, d), nn.Linear(d, 3), nn.Dropout(drop)
 
         def forward(self, ids, segments):
@@ -302,6 +372,7 @@ def torch_nli(torch):
             h = self.drop(self.tok(ids) + self.pos(torch.arange(T, device=ids.device)) + self.seg(segments))
             for b in self.blocks:
                 h = b(h)
+            h = self.final(h)
             u, v = h[:, :NLI_PREMISE].mean(1), h[:, NLI_PREMISE:].mean(1)
             return self.output(self.drop(F.gelu(self.hidden(torch.cat([u, v, (u - v).abs(), u * v], -1)))))
 
