@@ -67,6 +67,21 @@ def patch_scan(torch, u, dt, A, B, C, D, h0, P):
     return torch.stack(ys, 2).reshape(Bt, nP * P, E)[:, :L]
 
 
+def add_scan_parameters(torch, module, d, states):
+    """Mamba's S6 projections and parameters on `module`, as SheafStateLM and the SheafState
+    head have them: W_in (d -> 4d), W_down, W_up, W_B, W_C, A_log, D, dt_bias, W_out."""
+    nn = torch.nn
+    E, R = 2 * d, (d + 15) // 16
+    module.E, module.N, module.R_ = E, states, R
+    module.inp = nn.Linear(d, 2 * E, bias=False)
+    module.dt_down, module.dt_up = nn.Linear(E, R, bias=False), nn.Linear(R, E, bias=False)
+    module.Bp, module.Cp = nn.Linear(E, states, bias=False), nn.Linear(E, states, bias=False)
+    module.A_log = nn.Parameter(torch.log(torch.arange(1, states + 1, dtype=torch.float)).repeat(E, 1))
+    module.D = nn.Parameter(torch.ones(E))
+    module.dt_bias = nn.Parameter(torch.full((E,), -3.0))
+    module.out = nn.Linear(E, d, bias=False)
+
+
 def torch_models(torch):
     nn = torch.nn
     F = torch.nn.functional
@@ -141,19 +156,13 @@ def torch_models(torch):
 
         def __init__(self, d, patch=16, depth=4, types=4, states=16, ds=64, dff=160):
             super().__init__()
-            E, R = 2 * d, (d + 15) // 16
-            self.P, self.depth, self.K, self.N, self.ds, self.E = patch, depth, types, states, ds, E
-            self.inp = nn.Linear(d, 2 * E, bias=False)
-            self.dt_down, self.dt_up = nn.Linear(E, R, bias=False), nn.Linear(R, E, bias=False)
-            self.Bp, self.Cp = nn.Linear(E, states, bias=False), nn.Linear(E, states, bias=False)
-            self.A_log = nn.Parameter(torch.log(torch.arange(1, states + 1, dtype=torch.float)).repeat(E, 1))
-            self.D = nn.Parameter(torch.ones(E))
-            self.dt_bias = nn.Parameter(torch.full((E,), -3.0))
+            add_scan_parameters(torch, self, d, states)
+            E = self.E
+            self.P, self.depth, self.K, self.ds = patch, depth, types, ds
             self.summary, self.patch_type = nn.Linear(E, ds), nn.Linear(ds, types)
             self.R = nn.Parameter(torch.eye(ds).repeat(depth, types, 1, 1) + 0.02 * torch.randn(depth, types, ds, ds))
             self.query = nn.Linear(ds, ds, bias=False)
             self.sx, self.sb = nn.Linear(ds, E, bias=False), nn.Linear(ds, states, bias=False)
-            self.out = nn.Linear(E, d, bias=False)
             self.n1, self.n2 = nn.LayerNorm(d), nn.LayerNorm(d)
             self.router = nn.Linear(ds, types)
             self.experts = nn.ModuleList([FFN(d, dff) for _ in range(types)])
@@ -307,19 +316,13 @@ def torch_nli(torch):
 
         def __init__(self, d, dff, drop, patch=8, depth=3, types=4, states=16, ds=64):
             super().__init__()
-            E, R = 2 * d, (d + 15) // 16
-            self.P, self.depth, self.K, self.N, self.ds, self.E, self.R_ = patch, depth, types, states, ds, E, R
-            self.inp = nn.Linear(d, 2 * E, bias=False)
-            self.dt_down, self.dt_up = nn.Linear(E, R, bias=False), nn.Linear(R, E, bias=False)
-            self.Bp, self.Cp = nn.Linear(E, states, bias=False), nn.Linear(E, states, bias=False)
-            self.A_log = nn.Parameter(torch.log(torch.arange(1, states + 1, dtype=torch.float)).repeat(E, 1))
-            self.D = nn.Parameter(torch.ones(E))
-            self.dt_bias = nn.Parameter(torch.full((E,), -3.0))
+            add_scan_parameters(torch, self, d, states)
+            E = self.E
+            self.P, self.depth, self.K, self.ds = patch, depth, types, ds
             self.summary, self.patch_type = nn.Linear(E, ds), nn.Linear(ds, types)
             self.bank = nn.Parameter(torch.eye(ds).repeat(2 * depth, types, 1, 1) + 0.02 * torch.randn(2 * depth, types, ds, ds))
             self.query = nn.Linear(ds, ds, bias=False)
             self.sx, self.sb = nn.Linear(ds, E, bias=False), nn.Linear(ds, states, bias=False)
-            self.out = nn.Linear(E, d, bias=False)
             self.n1, self.n2 = nn.LayerNorm(d), nn.LayerNorm(d)
             self.w1, self.w2 = nn.Linear(d, dff), nn.Linear(dff, d)
             self.drop = nn.Dropout(drop)

@@ -205,16 +205,8 @@ Tensor PairSheafMixing::forward(const Tensor& h, const Tensor& mask) const {
   const std::int64_t B = h.size(0), T = h.size(1), E = inner_, N = state_, P = patch_, D = depth_, K = types_,
                      ds = section_, patches = (T + P - 1) / P, slots = 2 * D;
   const Device device = h.device();
-  const Tensor xz = in_.forward(h);
-  const std::vector<Tensor> x_z = ops::unbind(ops::reshape(xz, {B, T, 2, E}), 2);  // one gradient of xz's size
-  const Tensor u = ops::silu(x_z[0]);
-  const Tensor& z = x_z[1];
-  // W_down, W_B and W_C read the same u: one GEMM with the three stacked (and in the
-  // backward one gradient of u instead of three to add up).
-  const Tensor projected = ops::linear(u, ops::cat({dt_down_.weight, b_proj_.weight, c_proj_.weight}, 0));
-  const std::int64_t rank = dt_down_.weight.size(0);
-  const Tensor delta = dt_up_.forward(ops::narrow(projected, 2, 0, rank));
-  const Tensor Bm = ops::narrow(projected, 2, rank, N), Cm = ops::narrow(projected, 2, rank + N, N);
+  const ScanInputs in = scan_inputs(in_.forward(h), dt_down_, dt_up_, b_proj_, c_proj_);
+  const Tensor &u = in.u, &z = in.z, &delta = in.delta, &Bm = in.B, &Cm = in.C;
   const Tensor y0 = ops::selective_scan(u, delta, A_log_, Bm, Cm, D_skip_, dt_bias_, Tensor(), P);
 
   // From the mask (host): each row's real length (padding only at the end), the row of each

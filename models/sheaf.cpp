@@ -45,6 +45,20 @@ void init_selective_scan(Tensor& A_log, Tensor& dt_bias, Generator& init) {
   dt_bias.copy_(Tensor::from_vector(bias, dt_bias.shape()));
 }
 
+ScanInputs scan_inputs(const Tensor& xz, const nn::Linear& dt_down, const nn::Linear& dt_up, const nn::Linear& b_proj,
+                       const nn::Linear& c_proj) {
+  const std::int64_t E = xz.size(2) / 2, N = b_proj.weight.size(0), rank = dt_down.weight.size(0);
+  const std::vector<Tensor> x_z = ops::unbind(ops::reshape(xz, {xz.size(0), xz.size(1), 2, E}), 2);
+  ScanInputs in;
+  in.u = ops::silu(x_z[0]);
+  in.z = x_z[1];
+  const Tensor projected = ops::linear(in.u, ops::cat({dt_down.weight, b_proj.weight, c_proj.weight}, 0));
+  in.delta = dt_up.forward(ops::narrow(projected, 2, 0, rank));
+  in.B = ops::narrow(projected, 2, rank, N);
+  in.C = ops::narrow(projected, 2, rank + N, N);
+  return in;
+}
+
 void init_restriction_bank(Tensor& bank, Generator& init) {
   NoGradGuard no_grad;
   // Each restriction map starts near the identity, so a summary passes to its neighbours
@@ -98,18 +112,8 @@ Tensor SheafMixer::forward(const Tensor& h, GluingReport& report) const {
   const std::int64_t patches = ceil_div(L, P);
   const Device device = h.device();
 
-  const Tensor xz = in_.forward(h);
-  // x and z as two views of xz; unbind's backward fills one gradient of xz's size (two
-  // narrows would each fill one and then add them).
-  const std::vector<Tensor> x_z = ops::unbind(ops::reshape(xz, {B, L, 2, E}), 2);
-  const Tensor u = ops::silu(x_z[0]);
-  const Tensor& z = x_z[1];
-  // W_down, W_B and W_C read the same u: one GEMM with the three stacked (and in the
-  // backward one gradient of u instead of three to add up).
-  const Tensor projected = ops::linear(u, ops::cat({dt_down_.weight, b_proj_.weight, c_proj_.weight}, 0));
-  const std::int64_t rank = dt_down_.weight.size(0);
-  const Tensor delta = dt_up_.forward(ops::narrow(projected, 2, 0, rank));
-  const Tensor Bm = ops::narrow(projected, 2, rank, N), Cm = ops::narrow(projected, 2, rank + N, N);
+  const ScanInputs in = scan_inputs(in_.forward(h), dt_down_, dt_up_, b_proj_, c_proj_);
+  const Tensor &u = in.u, &z = in.z, &delta = in.delta, &Bm = in.B, &Cm = in.C;
 
   // Φ from zero states, every patch at once: what each patch computes from its own tokens.
   const Tensor y0 = ops::selective_scan(u, delta, A_log_, Bm, Cm, D_skip_, dt_bias_, Tensor(), P);

@@ -37,6 +37,16 @@ void init_selective_scan(Tensor& A_log, Tensor& dt_bias, Generator& init);
 // A bank of restriction maps (..., d_s, d_s), each the identity plus Normal(0, 0.02).
 void init_restriction_bank(Tensor& bank, Generator& init);
 
+// Mamba's S6 inputs from the output xz (B, L, 2E) of W_in: x and z its halves, u = silu(x),
+// delta = W_up W_down u, B_t = W_B u, C_t = W_C u — W_down, W_B and W_C stacked into one GEMM
+// (and in the backward one gradient of u instead of three to add up); x and z taken with
+// unbind (one gradient of xz's size instead of two to add).
+struct ScanInputs {
+  Tensor u, z, delta, B, C;
+};
+ScanInputs scan_inputs(const Tensor& xz, const nn::Linear& dt_down, const nn::Linear& dt_up, const nn::Linear& b_proj,
+                       const nn::Linear& c_proj);
+
 // What one layer's mixer reports besides its output.
 struct GluingReport {
   Tensor sections;          // c_p, (B, patches, d_s)
