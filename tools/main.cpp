@@ -2,6 +2,7 @@
 // only builds the root app and turns exceptions into one clear line and exit status 1.
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -12,7 +13,8 @@
 int main(int argc, char** argv) {
   CLI::App app{
       "wedge: a deep-learning engine written from scratch in C++ and CUDA.\n"
-      "Trains TransformerLM and GrassmannLM language models without Python.\n"
+      "Trains TransformerLM, GrassmannLM and SheafStateLM language models, and sentence-pair\n"
+      "classifiers on SNLI, without Python.\n"
       "Run `wedge <command> --help` for the flags of a command."};
   app.require_subcommand(1);
   app.fallthrough();
@@ -23,7 +25,13 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help (and its kin) is not an error: CLI11 prints it. Every other flag problem is one
+    // `error:` line and status 1, like any other failure.
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fflush(stdout);
+    const std::string command = app.get_subcommands().empty() ? "" : app.get_subcommands().front()->get_name() + " ";
+    fmt::print(stderr, "error: {} (see `wedge {}--help`)\n", e.what(), command);
+    return 1;
   } catch (const std::exception& e) {
     std::fflush(stdout);
     fmt::print(stderr, "error: {}\n", e.what());

@@ -6,7 +6,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <utility>
+#include <vector>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -152,4 +155,27 @@ TEST_CASE("train --data text through the command line; its flags are refused els
   CHECK(misplaced.status != 0);
   CHECK(misplaced.out.find("--data text only") != std::string::npos);
   fs::remove_all(dir);
+}
+
+TEST_CASE("a bad flag is one `error:` line naming it, and exit status 1") {
+  if (!fs::exists(WEDGE_CLI)) {
+    MESSAGE("wedge binary not built; skipped");
+    return;
+  }
+  for (const auto& [args, named] : std::vector<std::pair<std::string, std::string>>{
+           {"train --task nli --block 64 --out /nonexistent/x", "--block"},
+           {"eval --run x --split nope", "--split"},
+           {"params --no-such-flag", "--no-such-flag"},
+           {"train --head grassmann --out /nonexistent/x", "--head"}}) {
+    CAPTURE(args);
+    const Run r = run(args);
+    CHECK(WIFEXITED(r.status));
+    CHECK(WEXITSTATUS(r.status) == 1);
+    CHECK(r.out.rfind("error: ", 0) == 0);
+    CHECK(r.out.find(named) != std::string::npos);
+    CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 1);
+  }
+  const Run help = run("classify --help");
+  CHECK(WEXITSTATUS(help.status) == 0);
+  CHECK(help.out.find("premise<TAB>hypothesis") != std::string::npos);
 }
