@@ -257,7 +257,7 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
   const LrSchedule sched = warmup_cosine(settings.lr, settings.warmup, total_steps, settings.min_lr_ratio);
   const std::int64_t warmup = sched.warmup_steps;
 
-  fs::create_directories(out);
+  claim_run_folder(out, " (a classifier run cannot be resumed yet)");
   write_json_file(out + "/config.json", nlohmann::json{{"task", "nli"}, {"model", config}, {"train", settings.to_json()}});
   std::ofstream metrics(out + "/metrics.jsonl", std::ios::trunc);
   auto save = [&](const std::string& path, std::int64_t epoch, double select_accuracy) {
@@ -292,7 +292,7 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
       ++window_steps;
       if (result.steps % settings.log_every == 0 || i + 1 == per_epoch) {
         const double mean = window_loss / double(window_steps);
-        metrics << nlohmann::json{{"step", result.steps}, {"epoch", epoch}, {"loss", mean}, {"lr", lr}}.dump() << "\n";
+        append_metrics(metrics, out + "/metrics.jsonl", {{"step", result.steps}, {"epoch", epoch}, {"loss", mean}, {"lr", lr}});
         const double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
         say(fmt::format("step {:>6}/{}  epoch {}  loss {:.4f}  lr {:.2e}  ETA {}", result.steps, total_steps, epoch + 1, mean,
                         lr, fmt_duration(elapsed / double(result.steps) * double(total_steps - result.steps))));
@@ -315,8 +315,7 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
     line["epoch"] = epoch + 1;
     line["step"] = result.steps;
     line["loss"] = ev.loss;
-    metrics << line.dump() << "\n";
-    metrics.flush();
+    append_metrics(metrics, out + "/metrics.jsonl", line);
     say(fmt::format("epoch {}  select {}{}", epoch + 1, report_line(ev.report), best ? "  best" : ""));
     if (best) {
       best_accuracy = ev.report.accuracy;
@@ -334,10 +333,10 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
     nlohmann::json test_line = report_json(result.test);
     test_line["eval"] = "test";
     test_line["epoch"] = result.best_epoch;
-    metrics << test_line.dump() << "\n";
+    append_metrics(metrics, out + "/metrics.jsonl", test_line);
     nlohmann::json majority_line = report_json(result.majority);
     majority_line["eval"] = "test_majority";
-    metrics << majority_line.dump() << "\n";
+    append_metrics(metrics, out + "/metrics.jsonl", majority_line);
     say(fmt::format("test (epoch {}): {}", result.best_epoch, report_line(result.test)));
     say(fmt::format("test, majority class: {}", report_line(result.majority)));
   }

@@ -122,6 +122,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
 
   models::LMConfig config = config_in;
   nlohmann::json resumed_settings;
+  if (!st.resume) claim_run_folder(out, ", or continue it with `wedge train --resume --out " + out + "`");
   if (st.resume) {
     // The run directory's config wins: a resumed run is the same run.
     std::ifstream in(config_path);
@@ -243,8 +244,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     nlohmann::json line{{"eval", "valid"}, {"step", step}, {"epoch", epoch}, {"ppl", ev.ppl}, {"nll", ev.nll},
                         {"tokens", ev.tokens}, {"time", elapsed_before}};
     for (const auto& [key, value] : ev.diagnostics.items()) line[key] = value;
-    metrics << line.dump() << "\n";
-    metrics.flush();
+    append_metrics(metrics, metrics_path, line);
     say(fmt::format("eval  step {:>6}  valid ppl {:.2f}  (nll {:.4f} over {} tokens, {:.1f}s){}", step, ev.ppl, ev.nll,
                     ev.tokens, std::chrono::duration<double>(Clock::now() - t0).count(), best ? "  best" : ""));
     if (!ev.diagnostics.empty()) {
@@ -289,8 +289,8 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
             "or stronger --clip",
             loss_value, p.step, p.lr, fs::exists(last_path) ? last_path : std::string("(none yet)")));
       }
-      metrics << nlohmann::json{{"step", p.step}, {"epoch", p.epoch}, {"loss", loss_value}, {"lr", p.lr}, {"time", elapsed_before}}.dump()
-              << "\n";
+      append_metrics(metrics, metrics_path,
+                     {{"step", p.step}, {"epoch", p.epoch}, {"loss", loss_value}, {"lr", p.lr}, {"time", elapsed_before}});
     }
     pending.clear();
   };

@@ -40,14 +40,40 @@ void load_parameters(Module& m, const SafeTensors& st, const std::string& file) 
   }
 }
 
+void claim_run_folder(const std::string& dir, const std::string& continue_hint) {
+  const std::filesystem::path config = std::filesystem::path(dir) / "config.json";
+  std::error_code ec;
+  if (std::filesystem::exists(config, ec))
+    throw std::runtime_error("--out " + dir + " already holds a run (" + config.string() +
+                             "); choose another folder" + continue_hint);
+  std::filesystem::create_directories(dir);
+}
+
+void append_metrics(std::ofstream& file, const std::string& path, const nlohmann::json& line) {
+  file << line.dump() << "\n";
+  file.flush();
+  if (!file) throw std::runtime_error("cannot write " + path + " (is the disk full?); stopping");
+}
+
 void write_json_file(const std::string& path, const nlohmann::json& j) {
   const std::string tmp = path + ".tmp";
+  bool written = false;
   {
     std::ofstream out(tmp);
     out << j.dump(2) << "\n";
-    if (!out) throw std::runtime_error("cannot write " + tmp);
+    out.close();
+    written = static_cast<bool>(out);
   }
-  std::filesystem::rename(tmp, path);
+  std::error_code ec;
+  if (!written) {
+    std::filesystem::remove(tmp, ec);
+    throw std::runtime_error("cannot write " + path + " (is the disk full?)");
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    throw std::runtime_error("cannot write " + path);
+  }
 }
 
 nlohmann::json read_json_file(const std::string& path) {

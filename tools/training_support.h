@@ -2,6 +2,7 @@
 // of checkpoints, the config file, durations for progress lines.
 #pragma once
 
+#include <fstream>
 #include <map>
 #include <string>
 
@@ -35,7 +36,16 @@ std::map<std::string, Tensor> parameter_map(const Module& m);
 // when one is missing or has another shape or dtype.
 void load_parameters(Module& m, const SafeTensors& st, const std::string& file);
 
-// Writes `j` to `path` through a temporary file and a rename.
+// A new run's folder: created when absent; refused (with a message naming it) when it
+// already holds a run, so a fresh training never replaces another one's files.
+// `continue_hint` says how the existing run can be continued instead.
+void claim_run_folder(const std::string& dir, const std::string& continue_hint);
+// Appends one JSON line to an open metrics file and flushes it; throws naming `path` when
+// the write fails (a full disk), so training stops instead of going on without its log.
+void append_metrics(std::ofstream& file, const std::string& path, const nlohmann::json& line);
+
+// Writes `j` to `path` through a temporary file and a rename; on a failed write the
+// temporary file is removed and the previous file is left as it was.
 void write_json_file(const std::string& path, const nlohmann::json& j);
 // Reads a JSON file; the error names the file.
 nlohmann::json read_json_file(const std::string& path);

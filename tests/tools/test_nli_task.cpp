@@ -124,7 +124,10 @@ TEST_CASE("train --task nli end to end: metrics, checkpoints, test report, major
   for (const char* head : {"transformer", "grassmann", "sheaf"}) {
     CAPTURE(head);
     c.head = head;
+    s.out = wedge::testing::fresh_run_dir(std::string("nli_run_") + head);
     const NliResult r = train_nli(c, s);
+    // The folder now holds a run: a second training there is refused, its files untouched.
+    CHECK_THROWS_WITH_AS(train_nli(c, s), doctest::Contains("already holds a run"), std::runtime_error);
     CHECK(r.protocol == "reduced");
     CHECK(r.steps == 2 * 4);
     CHECK(r.train_pairs == 256);

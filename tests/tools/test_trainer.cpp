@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include <nlohmann/json.hpp>
 
@@ -155,6 +156,17 @@ TEST_CASE("plot draws one SVG of several runs") {
   fs::remove_all(a);
   fs::remove_all(b);
   fs::remove(svg);
+}
+
+TEST_CASE("a fresh training refuses a folder that holds a run; metrics stay whole") {
+  const std::string out = temp_dir("claimed");
+  train(tiny("transformer"), settings(out, 2));
+  std::ifstream before(out + "/metrics.jsonl");
+  const std::string metrics((std::istreambuf_iterator<char>(before)), std::istreambuf_iterator<char>());
+  CHECK_THROWS_WITH_AS(train(tiny("transformer"), settings(out, 2)), doctest::Contains("--resume"), std::runtime_error);
+  std::ifstream after(out + "/metrics.jsonl");
+  CHECK(std::string((std::istreambuf_iterator<char>(after)), std::istreambuf_iterator<char>()) == metrics);
+  CHECK_FALSE(fs::exists(out + "/config.json.tmp"));
 }
 
 TEST_CASE("bad settings are clear errors") {
