@@ -8,10 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
+
+#include "engine/atomic_file.h"
 
 namespace wedge {
 
@@ -59,32 +58,14 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
   std::string text = header.dump();
   while (text.size() % 8 != 0) text.push_back(' ');  // keeps the data section 8-aligned
 
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) bad(path, "cannot open '" + tmp + "' for writing");
-    const std::uint64_t n = text.size();
-    unsigned char le[8];
-    for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(n >> (8 * i));
-    out.write(reinterpret_cast<const char*>(le), 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const Tensor& h : host)
-      out.write(static_cast<const char*>(h.raw_data()), static_cast<std::streamsize>(h.numel() * dtype_size(h.dtype())));
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      bad(path, "write failed (disk full?)");
-    }
-  }
-  // Make the bytes durable before the rename makes them visible under the real name.
-  if (int fd = ::open(tmp.c_str(), O_RDONLY); fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    bad(path, "cannot rename the temporary file into place");
-  }
+  AtomicFile out(path);
+  const std::uint64_t n = text.size();
+  unsigned char le[8];
+  for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(n >> (8 * i));
+  out.write(le, 8);
+  out.write(text);
+  for (const Tensor& h : host) out.write(h.raw_data(), h.numel() * dtype_size(h.dtype()));
+  out.commit();  // fsync before the rename: the bytes are durable before they are visible
 }
 
 SafeTensors load_safetensors(const std::string& path) {

@@ -10,6 +10,8 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/atomic_file.h"
+
 namespace wedge::tools {
 
 namespace {
@@ -194,13 +196,7 @@ void write_curves_svg(const std::vector<std::string>& runs, const std::string& o
                        lx, ly - 5, kColors[k % 8], lx + 24, ly, series[k].label);
   }
   svg += "</svg>\n";
-  const std::string tmp = out_path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) throw std::runtime_error("plot: cannot write '" + out_path + "'");
-    out << svg;
-  }
-  std::filesystem::rename(tmp, out_path);
+  write_file_atomic(out_path, svg, /*durable=*/false);
 }
 
 }  // namespace wedge::tools
