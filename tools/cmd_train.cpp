@@ -76,6 +76,7 @@ void train_nli_task(const CLI::App* cmd, const ModelFlags& flags, const TrainSet
   s.log_every = cmd->count("--log-every") > 0 ? st.log_every : s.log_every;
   s.threads = st.threads;
   s.out = st.out;
+  s.overwrite = st.overwrite;
   s.device = st.device;
   s.json = st.json;
   const NliResult r = train_nli(config, s);
@@ -124,6 +125,8 @@ void register_train(CLI::App& app) {
   cmd->add_option("--out", st->out, "Run directory (checkpoints, config, metrics)")->required();
   cmd->add_option("--device", st->device, "cpu or cuda[:N]")->capture_default_str();
   cmd->add_flag("--resume", st->resume, "Continue the run in --out exactly where it stopped");
+  cmd->add_flag("--overwrite", st->overwrite, "Replace the run already in --out (without it, such a folder is refused)")
+      ->excludes("--resume");
   cmd->add_flag("--json", st->json, "Progress on stderr; last stdout line is one JSON object with the results");
   cmd->callback([flags, st, nli, cmd] {
     if (nli->task == "nli") return train_nli_task(cmd, *flags, *st, *nli);
@@ -225,7 +228,7 @@ void register_eval(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--checkpoint", *which, "best or last")->check(CLI::IsMember({"best", "last"}))->capture_default_str();
   cmd->add_option("--data-dir", spec->data_dir, "Dataset directory (default: the one the run was trained on)");
-  cmd->add_option("--batch", *batch, "Sequences per forward pass")->capture_default_str();
+  cmd->add_option("--batch", *batch, "Sequences per forward pass")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   cmd->add_flag("--json", *json, "Print one JSON object");
   cmd->callback([=] {
     if (is_nli_run(*run_dir)) return eval_nli_run(*run_dir, *which, *split, spec->data_dir, *batch, *json, *device);
@@ -258,10 +261,12 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--device", *device, "cpu or cuda[:N]")->capture_default_str();
   cmd->add_option("--run", *run_dir, "Run directory written by `wedge train`")->required();
   cmd->add_option("--prompt", *prompt, "Text to continue")->required();
-  cmd->add_option("--max-new-tokens", *max_new, "Tokens to sample")->capture_default_str();
-  cmd->add_option("--temperature", *temperature, "Softmax temperature (0: greedy)")->capture_default_str();
-  cmd->add_option("--top-k", *top_k, "Sample among the k most likely tokens (0: all)")->capture_default_str();
-  cmd->add_option("--seed", *seed, "Sampling seed (same seed, same text)")->capture_default_str();
+  cmd->add_option("--max-new-tokens", *max_new, "Tokens to sample")->check(CLI::Range(0, 1 << 24))->capture_default_str();
+  cmd->add_option("--temperature", *temperature, "Softmax temperature (0: greedy)")
+      ->check(finite_range(0.0, 1e6))
+      ->capture_default_str();
+  cmd->add_option("--top-k", *top_k, "Sample among the k most likely tokens (0: all)")->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40))->capture_default_str();
+  cmd->add_option("--seed", *seed, "Sampling seed (same seed, same text)")->check(non_negative_integer())->capture_default_str();
   cmd->callback([=] {
     LoadedRun run = load_run(*run_dir, "best", Device::parse(*device));
     CorpusSpec s = corpus_spec_of(run);
@@ -409,10 +414,10 @@ void register_bench_step(CLI::App& app) {
   add_model_flags(*cmd, *flags);
   add_nli_flags(cmd, *nli);
   cmd->add_option("--device", *device, "cpu or cuda[:N]")->capture_default_str();
-  cmd->add_option("--batch", *batch, "Sequences per step")->capture_default_str();
-  cmd->add_option("--steps", *steps, "Timed steps")->capture_default_str();
-  cmd->add_option("--warmup-steps", *warmup, "Untimed steps first")->capture_default_str();
-  cmd->add_option("--threads", *threads, "CPU threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--batch", *batch, "Sequences per step")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  cmd->add_option("--steps", *steps, "Timed steps")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  cmd->add_option("--warmup-steps", *warmup, "Untimed steps first")->check(CLI::Range(0, 1 << 20))->capture_default_str();
+  cmd->add_option("--threads", *threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
   cmd->add_flag("--json", *json, "Print one JSON object");
   cmd->callback([=] {
     if (*threads > 0) set_num_threads(*threads);

@@ -9,6 +9,7 @@
 
 #include "kernels/tables.h"
 #include "tools/commands.h"
+#include "tools/training_support.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -16,6 +17,15 @@ int main(int argc, char** argv) {
       "Trains TransformerLM, GrassmannLM and SheafStateLM language models, and sentence-pair\n"
       "classifiers on SNLI, without Python.\n"
       "Run `wedge <command> --help` for the flags of a command."};
+  app.set_version_flag("--version", [] {
+    // The version and what this build runs on: the CPU kernels picked for this CPU, CUDA.
+#ifdef WEDGE_HAVE_CUDA
+    const char* cuda = "built in";
+#else
+    const char* cuda = "not built";
+#endif
+    return fmt::format("wedge {}\nCPU kernels: {}\nCUDA backend: {}", WEDGE_VERSION, wedge::kernels::cpu_backend_name(), cuda);
+  });
   app.require_subcommand(1);
   app.fallthrough();
   wedge::tools::register_ops_command(app);
@@ -37,5 +47,6 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "error: {}\n", e.what());
     return 1;
   }
-  return 0;
+  // A training stopped by Ctrl-C has checkpointed and said so; the status tells scripts.
+  return wedge::tools::interrupt_requested() ? wedge::tools::kInterruptedExitStatus : 0;
 }

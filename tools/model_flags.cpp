@@ -1,10 +1,14 @@
 #include "tools/model_flags.h"
 
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <span>
 #include <stdexcept>
 
 #include <CLI/CLI.hpp>
+#include <fmt/core.h>
 
 namespace wedge::tools {
 
@@ -23,6 +27,30 @@ models::LMConfig ModelFlags::config() const {
   c.mix_out_proj = !no_mix_out_proj;
   c.validate();
   return c;
+}
+
+CLI::Validator finite_range(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v) || v < lo || v > hi)
+          return fmt::format("{} is not a finite number in [{}, {}]", text, lo, hi);
+        return {};
+      },
+      fmt::format("FINITE in [{} - {}]", lo, hi));
+}
+
+CLI::Validator non_negative_integer() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        std::uint64_t v = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (text.empty() || ec != std::errc() || end != text.data() + text.size())
+          return fmt::format("{} is not an integer in [0, 2^64 - 1]", text);
+        return {};
+      },
+      "UINT");
 }
 
 void add_model_flags(CLI::App& app, ModelFlags& f) {
@@ -66,6 +94,7 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
   app.add_option("--balance-weight", v.balance_weight, "SheafState: weight of the expert load-balancing loss")
       ->capture_default_str();
   app.add_option("--seed", v.seed, "seed of the weight initialisation and dropout")
+      ->check(non_negative_integer())
       ->capture_default_str();
 }
 

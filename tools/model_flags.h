@@ -13,7 +13,7 @@
 #include "models/lm.h"
 #include "models/nli.h"
 
-namespace CLI { class App; }
+namespace CLI { class App; class Validator; }
 
 namespace wedge::tools {
 
@@ -28,6 +28,11 @@ struct ModelFlags {
 };
 
 void add_model_flags(CLI::App& app, ModelFlags& flags);
+
+// A flag check: a finite number in [lo, hi] (CLI11's Range lets NaN through).
+CLI::Validator finite_range(double lo, double hi);
+// A flag check: an integer >= 0 that fits in 64 bits (CLI11 would wrap "-5" into 2^64 - 5).
+CLI::Validator non_negative_integer();
 
 // --task nli: the sentence-pair classifier's own flags (--task --head --hypothesis-only
 // --max-length --d-proj --mixing-heads --window --stride --protocol --train-pairs); the

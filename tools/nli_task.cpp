@@ -18,6 +18,7 @@
 #include "engine/safetensors.h"
 #include "engine/thread_pool.h"
 #include "ops/ops.h"
+#include "tools/run_folder.h"
 #include "tools/training_support.h"
 
 namespace wedge::tools {
@@ -210,17 +211,17 @@ ClassificationReport majority_baseline(const data::SnliDataset& train, const dat
 NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
   if (st.out.empty()) throw std::runtime_error("train: --out RUNDIR is required");
   if (st.data_dir.empty()) throw std::runtime_error("--task nli needs --data-dir DIR (the SNLI folder)");
-  if (st.batch < 1) throw std::runtime_error(fmt::format("train: --batch must be at least 1, got {}", st.batch));
-  if (st.epochs < 1) throw std::runtime_error(fmt::format("train: --epochs must be at least 1, got {}", st.epochs));
-  if (!(st.lr > 0)) throw std::runtime_error(fmt::format("train: --lr must be positive, got {}", st.lr));
-  if (st.log_every < 1) throw std::runtime_error(fmt::format("train: --log-every must be at least 1, got {}", st.log_every));
+  check_train_settings({st.epochs, st.batch, st.lr, st.min_lr_ratio, st.warmup, st.weight_decay, st.clip, st.log_every, st.threads},
+                       [](const char* flag) { return std::string(flag); });
+  if (st.train_pairs == 0 || st.train_pairs < -1)
+    throw std::invalid_argument(fmt::format("--train-pairs is {}; it must be -1 (all) or at least 1", st.train_pairs));
   if (st.threads > 0) set_num_threads(st.threads);
   auto say = [&](const std::string& line) {
     std::FILE* f = st.json ? stderr : stdout;
     std::fputs((line + "\n").c_str(), f);
     std::fflush(f);
   };
-  const std::string out = st.out, best_path = out + "/best.safetensors", last_path = out + "/last.safetensors";
+  const std::string out = st.out;
 
   NliSettings settings = st;
   if (settings.vocab.empty()) settings.vocab = data::find_vocab_near(settings.data_dir).string();
@@ -257,13 +258,12 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
   const LrSchedule sched = warmup_cosine(settings.lr, settings.warmup, total_steps, settings.min_lr_ratio);
   const std::int64_t warmup = sched.warmup_steps;
 
-  claim_run_folder(out, " (a classifier run cannot be resumed yet)");
-  write_json_file(out + "/config.json", nlohmann::json{{"task", "nli"}, {"model", config}, {"train", settings.to_json()}});
-  std::ofstream metrics(out + "/metrics.jsonl", std::ios::trunc);
-  auto save = [&](const std::string& path, std::int64_t epoch, double select_accuracy) {
-    save_safetensors(path, parameter_map(*model),
-                     {{"task", "nli"}, {"epoch", std::to_string(epoch)}, {"step", std::to_string(result.steps)},
-                      {"select_accuracy", fmt::format("{}", select_accuracy)}});
+  RunFolder run = RunFolder::create(out, st.overwrite, " (a classifier run cannot be resumed yet)");
+  run.begin(nlohmann::json{{"task", "nli"}, {"model", config}, {"train", settings.to_json()}});
+  auto save = [&](const std::string& name, std::int64_t epoch, double select_accuracy) {
+    run.save_checkpoint(name, parameter_map(*model),
+                        {{"task", "nli"}, {"epoch", std::to_string(epoch)}, {"select_accuracy", fmt::format("{}", select_accuracy)}},
+                        result.steps);
   };
   say(fmt::format("training: {} epochs of {} steps, batch {}, lr {:.3g} (warm-up {}, cosine to {:.3g}), AdamW wd {:.3g}", settings.epochs,
                   per_epoch, settings.batch, settings.lr, warmup, sched.min_lr, settings.weight_decay));
@@ -283,8 +283,9 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
       loss.backward();
       const double value = loss.item();
       if (!std::isfinite(value))
-        throw std::runtime_error(fmt::format("train: the loss became {} at step {} (lr {:.3g}); stopping — try a lower --lr",
-                                             value, result.steps + 1, lr));
+        throw std::runtime_error(fmt::format("train: the loss became {} at step {} (lr {:.3g}); stopping. The last good "
+                                             "checkpoint is {} — try a lower --lr",
+                                             value, result.steps + 1, lr, run.last_good()));
       opt.step(clip_scale(grad_norm(model->parameters()), settings.clip));
       opt.zero_grad();
       ++result.steps;
@@ -292,7 +293,7 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
       ++window_steps;
       if (result.steps % settings.log_every == 0 || i + 1 == per_epoch) {
         const double mean = window_loss / double(window_steps);
-        append_metrics(metrics, out + "/metrics.jsonl", {{"step", result.steps}, {"epoch", epoch}, {"loss", mean}, {"lr", lr}});
+        run.append_metrics({{"step", result.steps}, {"epoch", epoch}, {"loss", mean}, {"lr", lr}});
         const double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
         say(fmt::format("step {:>6}/{}  epoch {}  loss {:.4f}  lr {:.2e}  ETA {}", result.steps, total_steps, epoch + 1, mean,
                         lr, fmt_duration(elapsed / double(result.steps) * double(total_steps - result.steps))));
@@ -300,9 +301,9 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
         window_steps = 0;
       }
       if (interrupt_requested()) {
-        save(last_path, epoch, best_accuracy);
+        save("last.safetensors", epoch, best_accuracy);
         say(fmt::format("interrupted at step {}: parameters written to {} (this task has no --resume yet)", result.steps,
-                        last_path));
+                        run.file("last.safetensors")));
         result.interrupted = true;
         break;
       }
@@ -315,28 +316,30 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
     line["epoch"] = epoch + 1;
     line["step"] = result.steps;
     line["loss"] = ev.loss;
-    append_metrics(metrics, out + "/metrics.jsonl", line);
+    run.append_metrics(line);
     say(fmt::format("epoch {}  select {}{}", epoch + 1, report_line(ev.report), best ? "  best" : ""));
     if (best) {
       best_accuracy = ev.report.accuracy;
       result.best_epoch = epoch + 1;
       result.select = ev.report;
-      save(best_path, epoch + 1, best_accuracy);
+      save("best.safetensors", epoch + 1, best_accuracy);
     }
-    save(last_path, epoch + 1, ev.report.accuracy);
+    save("last.safetensors", epoch + 1, ev.report.accuracy);
   }
   result.seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
   if (result.best_epoch > 0) {
-    load_parameters(*model, load_safetensors(best_path), best_path);
+    load_parameters(*model, run.load_checkpoint("best.safetensors"), run.file("best.safetensors"));
     result.test = evaluate_nli(*model, *splits.test, settings.batch).report;
     result.majority = majority_baseline(*splits.train, *splits.test);
     nlohmann::json test_line = report_json(result.test);
     test_line["eval"] = "test";
     test_line["epoch"] = result.best_epoch;
-    append_metrics(metrics, out + "/metrics.jsonl", test_line);
+    test_line["step"] = result.steps;
+    run.append_metrics(test_line);
     nlohmann::json majority_line = report_json(result.majority);
     majority_line["eval"] = "test_majority";
-    append_metrics(metrics, out + "/metrics.jsonl", majority_line);
+    majority_line["step"] = result.steps;
+    run.append_metrics(majority_line);
     say(fmt::format("test (epoch {}): {}", result.best_epoch, report_line(result.test)));
     say(fmt::format("test, majority class: {}", report_line(result.majority)));
   }

@@ -41,6 +41,7 @@ struct NliSettings {
   std::int64_t log_every = 50;
   int threads = 0;
   std::string out;
+  bool overwrite = false;  // replace the run already in `out`
   std::string device = "cpu";
   bool json = false;
 

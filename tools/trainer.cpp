@@ -17,6 +17,7 @@
 #include "data/wikitext.h"
 #include "models/tied_embedding_lm.h"
 #include "ops/ops.h"
+#include "tools/run_folder.h"
 #include "tools/training_support.h"
 
 namespace wedge::tools {
@@ -83,6 +84,11 @@ void average_diagnostics(nlohmann::json& total, std::size_t batches) {
 
 EvalResult evaluate(models::LanguageModel& model, const std::vector<std::int32_t>& stream, std::int64_t block,
                     std::int64_t batch) {
+  if (batch < 1) throw std::invalid_argument(fmt::format("evaluation: --batch is {}; it must be at least 1", batch));
+  if (block < 1) throw std::invalid_argument(fmt::format("evaluation: the block is {}; it must be at least 1", block));
+  if (stream.size() < 2)
+    throw std::runtime_error(fmt::format("evaluation: the split holds {} tokens; at least 2 are needed to predict one",
+                                         stream.size()));
   NoGradGuard no_grad;
   const bool was_training = model.is_training();
   model.eval();
@@ -102,57 +108,71 @@ EvalResult evaluate(models::LanguageModel& model, const std::vector<std::int32_t
   }
   model.train(was_training);
   average_diagnostics(r.diagnostics, batcher.eval_batches());
-  r.nll = r.tokens > 0 ? nll_sum / static_cast<double>(r.tokens) : 0.0;
+  r.nll = nll_sum / static_cast<double>(r.tokens);
   r.ppl = std::exp(r.nll);
   return r;
 }
 
 // ---- training -------------------------------------------------------------------------------------
 
+namespace {
+
+// A resumed run is the same run: its config.json wins over the flags, except a --data-dir or
+// --vocab given now (the files may have moved) and a new --max-steps.
+void adopt_recorded_settings(TrainSettings& st, const nlohmann::json& t, const TrainSettings& given) {
+  const CorpusSpec recorded = CorpusSpec::read_from(t);
+  st.corpus = recorded;
+  if (!given.corpus.data_dir.empty()) st.corpus.data_dir = given.corpus.data_dir;
+  if (!given.corpus.vocab.empty()) st.corpus.vocab = given.corpus.vocab;
+  st.epochs = t.value("epochs", st.epochs);
+  st.batch = t.value("batch", st.batch);
+  st.block = t.value("block", st.block);
+  st.lr = t.value("lr", st.lr);
+  st.min_lr_ratio = t.value("min_lr_ratio", st.min_lr_ratio);
+  st.warmup = t.value("warmup", st.warmup);
+  st.weight_decay = t.value("weight_decay", st.weight_decay);
+  st.clip = t.value("clip", st.clip);
+  st.seed = t.value("seed", st.seed);
+  if (given.max_steps < 0) st.max_steps = t.value("max_steps", st.max_steps);
+  st.eval_every = t.value("eval_every", st.eval_every);
+}
+
+}  // namespace
+
+void TrainSettings::validate(const std::string& config_file) const {
+  // Each setting is named as the user gave it: a flag, or a field of a resumed run's config.
+  auto name = [&](const char* flag) {
+    return config_file.empty() ? std::string(flag) : fmt::format("{}: train.{}", config_file, flag + 2);
+  };
+  auto bad = [&](const char* flag, const std::string& allowed, std::int64_t value) {
+    throw std::invalid_argument(fmt::format("{} is {}; it must be {}", name(flag), value, allowed));
+  };
+  if (out.empty()) throw std::invalid_argument("train: --out RUNDIR is required");
+  check_train_settings({epochs, batch, lr, min_lr_ratio, warmup, weight_decay, clip, log_every, threads}, name);
+  if (block < 2) bad("--block", "at least 2", block);
+  if (max_steps == 0 || max_steps < -1) bad("--max-steps", "-1 (no limit) or at least 1", max_steps);
+  if (eval_every == 0 || eval_every < -1) bad("--eval-every", "-1 (at epoch ends only) or at least 1", eval_every);
+  if (stop_after == 0 || stop_after < -1) bad("--stop-after", "-1 (no limit) or at least 1", stop_after);
+}
+
 TrainResult train(const models::LMConfig& config_in, const TrainSettings& settings_in) {
   TrainSettings st = settings_in;
-  if (st.out.empty()) throw std::runtime_error("train: --out RUNDIR is required");
-  if (st.batch < 1) throw std::runtime_error("train: --batch must be >= 1");
-  if (st.block < 2) throw std::runtime_error("train: --block must be >= 2");
-  if (st.epochs < 1 && st.max_steps < 0) throw std::runtime_error("train: --epochs must be >= 1");
+  st.validate("");
   if (st.threads > 0) set_num_threads(st.threads);
   const std::string out = st.out;
-  const std::string config_path = out + "/config.json", last_path = out + "/last.safetensors",
-                    best_path = out + "/best.safetensors", metrics_path = out + "/metrics.jsonl";
 
   models::LMConfig config = config_in;
-  nlohmann::json resumed_settings;
-  if (!st.resume) claim_run_folder(out, ", or continue it with `wedge train --resume --out " + out + "`");
+  RunFolder run = st.resume ? RunFolder::resume(out)
+                            : RunFolder::create(out, st.overwrite, ", or continue it with `wedge train --resume --out " + out + "`");
   if (st.resume) {
-    // The run directory's config wins: a resumed run is the same run.
-    std::ifstream in(config_path);
-    if (!in) throw std::runtime_error("train --resume: no run to resume in '" + out + "' (" + config_path + " is missing)");
-    nlohmann::json j;
+    const nlohmann::json j = run.read_config();
     try {
-      j = nlohmann::json::parse(in);
       config = j.at("model").get<models::LMConfig>();
-      resumed_settings = j.at("train");
+      adopt_recorded_settings(st, j.at("train"), settings_in);
     } catch (const std::exception& e) {
-      throw std::runtime_error("train --resume: cannot read " + config_path + ": " + e.what());
+      throw std::runtime_error("train --resume: cannot read " + run.config_path() + ": " + e.what());
     }
-    const auto& t = resumed_settings;
-    // The run's data, except a --data-dir or --vocab given now (the files may have moved).
-    const CorpusSpec recorded = CorpusSpec::read_from(t);
-    const std::string data_dir = st.corpus.data_dir, vocab = st.corpus.vocab;
-    st.corpus = recorded;
-    if (!data_dir.empty()) st.corpus.data_dir = data_dir;
-    if (!vocab.empty()) st.corpus.vocab = vocab;
-    st.epochs = t.value("epochs", st.epochs);
-    st.batch = t.value("batch", st.batch);
-    st.block = t.value("block", st.block);
-    st.lr = t.value("lr", st.lr);
-    st.min_lr_ratio = t.value("min_lr_ratio", st.min_lr_ratio);
-    st.warmup = t.value("warmup", st.warmup);
-    st.weight_decay = t.value("weight_decay", st.weight_decay);
-    st.clip = t.value("clip", st.clip);
-    st.seed = t.value("seed", st.seed);
-    if (settings_in.max_steps < 0) st.max_steps = t.value("max_steps", st.max_steps);
-    st.eval_every = t.value("eval_every", st.eval_every);
+    st.validate(run.config_path());
   }
   if (st.corpus.data == "synthetic") st.corpus.data.clear();
   st.corpus.seed = st.seed;
@@ -172,7 +192,16 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   }
   if (st.block > config.block)
     throw std::runtime_error(fmt::format("train: --block {} exceeds the model's position table ({})", st.block, config.block));
-  config.validate();
+  try {
+    config.validate();
+  } catch (const std::invalid_argument& e) {
+    if (!st.resume) throw;
+    throw std::invalid_argument(run.config_path() + ": " + e.what());
+  }
+  if (corpus.valid.size() < 2)
+    throw std::runtime_error(fmt::format("train: the validation split of {} holds {} tokens; at least 2 are needed to measure "
+                                         "a perplexity",
+                                         corpus.name, corpus.valid.size()));
   say(fmt::format("data: {} - {} train / {} valid tokens, vocabulary {} ({:.1f}s)", corpus.name, corpus.train.size(),
                   corpus.valid.size(), corpus.vocab_size, std::chrono::duration<double>(Clock::now() - t_load).count()));
   for (const std::string& note : corpus.notes) say("data: " + note);
@@ -201,27 +230,26 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   std::int64_t step = 0;
   double best_ppl = INFINITY, last_ppl = NAN, elapsed_before = 0;
 
-  fs::create_directories(out);
   if (st.resume) {
-    SafeTensors ck = load_safetensors(last_path);
-    load_parameters(*model, ck, last_path);
-    step = std::stoll(ck.metadata.at("step"));
+    const std::string last = "last.safetensors";
+    const SafeTensors ck = run.load_checkpoint(last);
+    const std::string path = run.file(last);
+    load_parameters(*model, ck, path);
+    step = metadata_int(ck, "step", path);
     opt.load_state(ck.tensors, step);
-    best_ppl = std::stod(ck.metadata.at("best_val_ppl"));
-    elapsed_before = std::stod(ck.metadata.at("elapsed_s"));
+    best_ppl = metadata_double(ck, "best_val_ppl", path);
+    elapsed_before = metadata_double(ck, "elapsed_s", path);
     if (dropout_gen != nullptr)
-      dropout_gen->set_state(std::stoull(ck.metadata.at("dropout_seed")), std::stoull(ck.metadata.at("dropout_offset")));
-    say(fmt::format("resumed from {} at step {}", last_path, step));
+      dropout_gen->set_state(metadata_uint(ck, "dropout_seed", path), metadata_uint(ck, "dropout_offset", path));
+    run.resume_metrics(step);
+    say(fmt::format("resumed from {} at step {}", path, step));
   } else {
-    write_json_file(config_path, nlohmann::json{{"model", config}, {"train", st.to_json()}});
-    std::ofstream(metrics_path, std::ios::trunc).close();
+    run.begin(nlohmann::json{{"model", config}, {"train", st.to_json()}});
   }
-  std::ofstream metrics(metrics_path, std::ios::app);
 
-  auto save_checkpoint = [&](const std::string& path, bool with_optimizer) {
+  auto save_checkpoint = [&](const std::string& name, bool with_optimizer) {
     std::map<std::string, Tensor> tensors = parameter_map(*model);
     std::map<std::string, std::string> meta = {
-        {"step", std::to_string(step)},
         {"best_val_ppl", fmt::format("{}", best_ppl)},
         {"elapsed_s", fmt::format("{}", elapsed_before)},
         {"model", config.model},
@@ -232,19 +260,26 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     }
     if (with_optimizer)
       for (auto& [k, v] : opt.state_tensors()) tensors[k] = v;
-    save_safetensors(path, tensors, meta);
+    run.save_checkpoint(name, tensors, meta, step);
   };
 
+  // A validation perplexity above this is worse than guessing uniformly, by far: the run diverged.
+  const double diverged_ppl = kDivergedPerplexityFactor * static_cast<double>(config.vocab_size);
   auto run_eval = [&](std::int64_t epoch) {
     const auto t0 = Clock::now();
     EvalResult ev = evaluate(*model, corpus.valid, st.block, st.batch);
+    if (!std::isfinite(ev.ppl) || ev.ppl > diverged_ppl)
+      throw std::runtime_error(fmt::format(
+          "train: the validation perplexity at step {} is {:.4g}, more than {} x the vocabulary size ({}): the run diverged; "
+          "stopping. The last good checkpoint is {} — try a lower --lr",
+          step, ev.ppl, kDivergedPerplexityFactor, config.vocab_size, run.last_good()));
     last_ppl = ev.ppl;
     const bool best = ev.ppl < best_ppl;
     if (best) best_ppl = ev.ppl;
     nlohmann::json line{{"eval", "valid"}, {"step", step}, {"epoch", epoch}, {"ppl", ev.ppl}, {"nll", ev.nll},
                         {"tokens", ev.tokens}, {"time", elapsed_before}};
     for (const auto& [key, value] : ev.diagnostics.items()) line[key] = value;
-    append_metrics(metrics, metrics_path, line);
+    run.append_metrics(line);
     say(fmt::format("eval  step {:>6}  valid ppl {:.2f}  (nll {:.4f} over {} tokens, {:.1f}s){}", step, ev.ppl, ev.nll,
                     ev.tokens, std::chrono::duration<double>(Clock::now() - t0).count(), best ? "  best" : ""));
     if (!ev.diagnostics.empty()) {
@@ -259,8 +294,8 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
       }
       say("      " + parts.substr(2));
     }
-    if (best) save_checkpoint(best_path, false);
-    save_checkpoint(last_path, true);
+    if (best) save_checkpoint("best.safetensors", false);
+    save_checkpoint("last.safetensors", true);
   };
 
   InterruptScope sigint;
@@ -286,11 +321,10 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
       if (!std::isfinite(loss_value)) {
         throw std::runtime_error(fmt::format(
             "train: the loss became {} at step {} (lr {:.3g}); stopping. The last good checkpoint is {} — try a lower --lr "
-            "or stronger --clip",
-            loss_value, p.step, p.lr, fs::exists(last_path) ? last_path : std::string("(none yet)")));
+            "or a stronger --clip",
+            loss_value, p.step, p.lr, run.last_good()));
       }
-      append_metrics(metrics, metrics_path,
-                     {{"step", p.step}, {"epoch", p.epoch}, {"loss", loss_value}, {"lr", p.lr}, {"time", elapsed_before}});
+      run.append_metrics({{"step", p.step}, {"epoch", p.epoch}, {"loss", loss_value}, {"lr", p.lr}, {"time", elapsed_before}});
     }
     pending.clear();
   };
@@ -343,18 +377,16 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
       say(fmt::format("step {:>6}/{}  epoch {}  loss {:.4f}  lr {:.2e}  {:.0f} tok/s  ETA {}", step, total_steps, epoch + 1,
                       loss_value, lr, tps, fmt_duration(eta)));
       window_time = window_tokens = 0;
-      metrics.flush();
     }
     if (epoch_end || periodic || step == total_steps) run_eval(epoch);
     if (stopping) {
-      save_checkpoint(last_path, true);
+      save_checkpoint("last.safetensors", true);
       say(fmt::format("interrupted: checkpoint written at step {} to {}; continue with `wedge train --resume --out {}`", step,
-                      last_path, out));
+                      run.file("last.safetensors"), out));
       result.interrupted = true;
       break;
     }
   }
-  metrics.flush();
   result.steps = step;
   result.final_loss = loss_value;
   result.final_val_ppl = last_ppl;
@@ -374,6 +406,7 @@ LoadedRun load_run(const std::string& run_dir, const std::string& which, Device 
     nlohmann::json j = nlohmann::json::parse(in);
     r.config = j.at("model").get<models::LMConfig>();
     r.settings = j.at("train");
+    r.config.validate();
   } catch (const std::exception& e) {
     throw std::runtime_error("cannot read " + config_path + ": " + e.what());
   }

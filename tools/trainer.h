@@ -8,6 +8,7 @@
 //   best.safetensors     parameters of the best validation perplexity so far
 //   metrics.jsonl        one JSON object per step ({"step","epoch","loss","lr","time"})
 //                        and per evaluation ({"eval":"valid","ppl",...})
+//   .lock                held while a training writes to the folder (tools/run_folder.h)
 #pragma once
 
 #include <cstdint>
@@ -39,12 +40,19 @@ struct TrainSettings {
   int threads = 0;               // 0: all cores
   std::string out;               // run directory
   bool resume = false;
+  bool overwrite = false;  // a fresh run may replace the run already in `out`
   bool json = false;
   bool quiet_samples = false;
   std::string device = "cpu";  // cpu | cuda | cuda:N
 
   nlohmann::json to_json() const;
+  // Range checks, each naming the flag, or the field of `config_file` for a resumed run.
+  void validate(const std::string& config_file) const;
 };
+
+// A validation perplexity above this many times the vocabulary size (a uniform guess scores
+// exactly the vocabulary size) stops the run as diverged.
+inline constexpr double kDivergedPerplexityFactor = 4.0;
 
 struct TrainResult {
   std::int64_t steps = 0;
@@ -56,13 +64,15 @@ struct TrainResult {
   bool interrupted = false;
 };
 
-// Runs (or resumes) a training run. Throws std::runtime_error on bad settings or a
-// non-finite loss (after saying so and keeping the last good checkpoint).
+// Runs (or resumes) a training run in its RunFolder (tools/run_folder.h). Throws on bad
+// settings, and when the run diverges (a non-finite loss or weights, or a validation
+// perplexity past kDivergedPerplexityFactor x the vocabulary), naming the last good checkpoint.
 TrainResult train(const models::LMConfig& model_config, const TrainSettings& settings);
 
 // Mean next-token NLL over every predicted token of `stream` (each token after the first
 // is predicted exactly once: the stream is cut into consecutive windows of L+1 tokens that
-// overlap by one, the last window shorter). Runs without gradients, in eval mode.
+// overlap by one, the last window shorter). Runs without gradients, in eval mode. A stream
+// with nothing to predict (fewer than 2 tokens) or a batch < 1 is an error.
 struct EvalResult {
   double nll = 0;
   double ppl = 0;

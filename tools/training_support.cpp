@@ -10,11 +10,21 @@
 
 #include <fmt/core.h>
 
+#include <unistd.h>
+
 namespace wedge::tools {
 
 namespace {
 std::atomic<bool> g_interrupted{false};
-extern "C" void on_sigint(int) { g_interrupted.store(true); }
+// The first Ctrl-C asks the loop to stop after its step (and checkpoint); a second one,
+// e.g. during a long evaluation, ends the process at once with the shell's status for it.
+extern "C" void on_sigint(int) {
+  if (g_interrupted.exchange(true)) {
+    static const char kMessage[] = "\ninterrupted twice: stopping now, without a checkpoint\n";
+    [[maybe_unused]] const ssize_t n = ::write(2, kMessage, sizeof kMessage - 1);
+    ::_exit(kInterruptedExitStatus);
+  }
+}
 }  // namespace
 
 InterruptScope::InterruptScope() : previous_(std::signal(SIGINT, on_sigint)) { g_interrupted.store(false); }
@@ -37,44 +47,28 @@ void load_parameters(Module& m, const SafeTensors& st, const std::string& file) 
     auto it = st.tensors.find(name);
     Tensor dst = p;
     assign_checked(dst, it == st.tensors.end() ? Tensor() : it->second, name, file);
+    if (!all_finite(dst))
+      throw std::runtime_error("checkpoint '" + file + "': tensor '" + name +
+                               "' holds NaN or Inf (saved from a diverged run?); refusing to use it");
   }
 }
 
-void claim_run_folder(const std::string& dir, const std::string& continue_hint) {
-  const std::filesystem::path config = std::filesystem::path(dir) / "config.json";
-  std::error_code ec;
-  if (std::filesystem::exists(config, ec))
-    throw std::runtime_error("--out " + dir + " already holds a run (" + config.string() +
-                             "); choose another folder" + continue_hint);
-  std::filesystem::create_directories(dir);
+bool all_finite(const Tensor& t) {
+  if (t.dtype() == DType::I32) return true;
+  const Tensor h = t.detach().to(Device::cpu()).contiguous();
+  const std::int64_t n = h.numel();
+  if (h.dtype() == DType::F32) {
+    const float* p = static_cast<const float*>(h.raw_data());
+    for (std::int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(p[i])) return false;
+  } else {
+    const double* p = static_cast<const double*>(h.raw_data());
+    for (std::int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(p[i])) return false;
+  }
+  return true;
 }
 
-void append_metrics(std::ofstream& file, const std::string& path, const nlohmann::json& line) {
-  file << line.dump() << "\n";
-  file.flush();
-  if (!file) throw std::runtime_error("cannot write " + path + " (is the disk full?); stopping");
-}
-
-void write_json_file(const std::string& path, const nlohmann::json& j) {
-  const std::string tmp = path + ".tmp";
-  bool written = false;
-  {
-    std::ofstream out(tmp);
-    out << j.dump(2) << "\n";
-    out.close();
-    written = static_cast<bool>(out);
-  }
-  std::error_code ec;
-  if (!written) {
-    std::filesystem::remove(tmp, ec);
-    throw std::runtime_error("cannot write " + path + " (is the disk full?)");
-  }
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    throw std::runtime_error("cannot write " + path);
-  }
-}
 
 nlohmann::json read_json_file(const std::string& path) {
   std::ifstream in(path);
@@ -84,6 +78,22 @@ nlohmann::json read_json_file(const std::string& path) {
   } catch (const std::exception& e) {
     throw std::runtime_error("cannot read " + path + ": " + e.what());
   }
+}
+
+void check_train_settings(const SharedTrainSettings& s, const std::function<std::string(const char*)>& name) {
+  auto bad = [&](const char* flag, const std::string& allowed, const auto& value) {
+    throw std::invalid_argument(fmt::format("{} is {}; it must be {}", name(flag), value, allowed));
+  };
+  const auto finite = [](double v) { return std::isfinite(v); };
+  if (s.epochs < 1 || s.epochs > 1'000'000) bad("--epochs", "in [1, 1000000]", s.epochs);
+  if (s.batch < 1 || s.batch > (1 << 20)) bad("--batch", "in [1, 1048576]", s.batch);
+  if (!finite(s.lr) || s.lr <= 0) bad("--lr", "a finite number > 0", s.lr);
+  if (!finite(s.min_lr_ratio) || s.min_lr_ratio < 0 || s.min_lr_ratio > 1) bad("--min-lr-ratio", "in [0, 1]", s.min_lr_ratio);
+  if (s.warmup < -1) bad("--warmup", "-1 (5 % of the run) or a number of steps >= 0", s.warmup);
+  if (!finite(s.weight_decay) || s.weight_decay < 0) bad("--weight-decay", "a finite number >= 0", s.weight_decay);
+  if (!finite(s.clip) || s.clip <= 0) bad("--clip", "a finite number > 0 (a large one clips nothing)", s.clip);
+  if (s.log_every < 1) bad("--log-every", "at least 1", s.log_every);
+  if (s.threads < 0 || s.threads > 4096) bad("--threads", "0 (all cores) or a count up to 4096", s.threads);
 }
 
 Adam make_adamw(const Module& model, double lr, double weight_decay) {

@@ -1,8 +1,8 @@
 // What every training loop in tools/ shares: Ctrl-C handling, moving parameters in and out
-// of checkpoints, the config file, durations for progress lines.
+// of checkpoints, durations for progress lines. The run folder itself: tools/run_folder.h.
 #pragma once
 
-#include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -27,6 +27,8 @@ class InterruptScope {
   void (*previous_)(int);
 };
 bool interrupt_requested();
+// The exit status of a run stopped by Ctrl-C (128 + SIGINT, as a shell reports it).
+inline constexpr int kInterruptedExitStatus = 130;
 
 // The device of a module's first parameter (CPU for a module without parameters).
 Device module_device(const Module& m);
@@ -34,21 +36,26 @@ Device module_device(const Module& m);
 std::map<std::string, Tensor> parameter_map(const Module& m);
 // Copies each parameter from a checkpoint, with an error naming the file and the tensor
 // when one is missing or has another shape or dtype.
+// A tensor holding NaN or Inf is refused too.
 void load_parameters(Module& m, const SafeTensors& st, const std::string& file);
+// Whether every element of a floating-point tensor is finite (integer tensors: true).
+bool all_finite(const Tensor& t);
 
-// A new run's folder: created when absent; refused (with a message naming it) when it
-// already holds a run, so a fresh training never replaces another one's files.
-// `continue_hint` says how the existing run can be continued instead.
-void claim_run_folder(const std::string& dir, const std::string& continue_hint);
-// Appends one JSON line to an open metrics file and flushes it; throws naming `path` when
-// the write fails (a full disk), so training stops instead of going on without its log.
-void append_metrics(std::ofstream& file, const std::string& path, const nlohmann::json& line);
-
-// Writes `j` to `path` through a temporary file and a rename; on a failed write the
-// temporary file is removed and the previous file is left as it was.
-void write_json_file(const std::string& path, const nlohmann::json& j);
 // Reads a JSON file; the error names the file.
 nlohmann::json read_json_file(const std::string& path);
+
+// Range checks of the settings every trainer shares. `name` turns a flag ("--lr") into the
+// way the user gave the value (the flag itself, or a field of a resumed run's config.json);
+// the error is std::invalid_argument: "--lr is -1; it must be a finite number > 0".
+struct SharedTrainSettings {
+  std::int64_t epochs, batch;
+  double lr, min_lr_ratio;
+  std::int64_t warmup;
+  double weight_decay, clip;
+  std::int64_t log_every;
+  int threads;
+};
+void check_train_settings(const SharedTrainSettings& s, const std::function<std::string(const char*)>& name);
 
 // AdamW as every trainer here runs it: β2 0.98, weight decay on the matrices only
 // (decays_by_default: not on biases, normalisation parameters, A_log, D, dt_bias).

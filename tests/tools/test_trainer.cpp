@@ -170,7 +170,7 @@ TEST_CASE("a fresh training refuses a folder that holds a run; metrics stay whol
 }
 
 TEST_CASE("bad settings are clear errors") {
-  CHECK_THROWS_WITH_AS(train(tiny("transformer"), settings("", 1)), doctest::Contains("--out"), std::runtime_error);
+  CHECK_THROWS_WITH_AS(train(tiny("transformer"), settings("", 1)), doctest::Contains("--out"), std::invalid_argument);
   TrainSettings r = settings(temp_dir("nothing"), 1);
   r.resume = true;
   CHECK_THROWS_WITH_AS(train(tiny("transformer"), r), doctest::Contains("no run to resume"), std::runtime_error);
