@@ -31,15 +31,18 @@ struct Run {
   std::string out;
 };
 
-Run run(const std::string& args) {
+// A shell command line, stdout and stderr together.
+Run shell(const std::string& command) {
   Run r;
-  std::FILE* p = ::popen((std::string(WEDGE_CLI) + " " + args + " 2>&1").c_str(), "r");
+  std::FILE* p = ::popen((command + " 2>&1").c_str(), "r");
   REQUIRE(p != nullptr);
   char buf[4096];
   while (std::fgets(buf, sizeof buf, p) != nullptr) r.out += buf;
   r.status = ::pclose(p);
   return r;
 }
+
+Run run(const std::string& args) { return shell(std::string(WEDGE_CLI) + " " + args); }
 
 std::size_t count_lines(const std::string& path) {
   std::ifstream in(path);
@@ -310,5 +313,28 @@ TEST_CASE("divergence: a run at --lr 100 stops with a message and status 1; no c
   CHECK(r.out.find("The last good checkpoint is") != std::string::npos);
   const Run e = run("eval --run " + out);
   CHECK(WEXITSTATUS(e.status) == 1);  // nothing to evaluate: an error, never "perplexity nan"
+  fs::remove_all(out);
+}
+
+TEST_CASE("a full disk stops the run with one error line; the previous checkpoint and config stay as they were") {
+  if (!fs::exists(WEDGE_CLI)) {
+    MESSAGE("wedge binary not built; skipped");
+    return;
+  }
+  const std::string out = temp_dir("full");
+  REQUIRE(WEXITSTATUS(run("train --out " + out + " " + kTiny + " --max-steps 40 --eval-every 10 --stop-after 10").status) == 0);
+  auto slurp = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const std::string last = slurp(out + "/last.safetensors"), config = slurp(out + "/config.json");
+  // Files may not grow past 20 KiB (the checkpoint needs more): writes fail as on a full
+  // disk. SIGXFSZ is ignored so that the write returns the error instead of killing.
+  const Run r = shell("bash -c \"trap '' XFSZ; ulimit -f 20; exec " + std::string(WEDGE_CLI) + " train --resume --out " + out + "\"");
+  CHECK(WEXITSTATUS(r.status) == 1);
+  CHECK(r.out.find("error: cannot write " + out + "/") != std::string::npos);
+  CHECK(slurp(out + "/last.safetensors") == last);
+  CHECK(slurp(out + "/config.json") == config);
+  for (const auto& e : fs::directory_iterator(out)) CHECK(e.path().string().find(".tmp") == std::string::npos);
   fs::remove_all(out);
 }
