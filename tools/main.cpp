@@ -2,6 +2,7 @@
 // only builds the root app and turns exceptions into one clear line and exit status 1.
 #include <cstdio>
 #include <exception>
+#include <new>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -41,6 +42,11 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     const std::string command = app.get_subcommands().empty() ? "" : app.get_subcommands().front()->get_name() + " ";
     fmt::print(stderr, "error: {} (see `wedge {}--help`)\n", e.what(), command);
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fflush(stdout);
+    fmt::print(stderr, "error: out of memory: the sizes asked for (model, --batch, --block, data) do not fit in this "
+                       "machine's memory\n");
     return 1;
   } catch (const std::exception& e) {
     std::fflush(stdout);
