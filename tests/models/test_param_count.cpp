@@ -1,0 +1,221 @@
+// The parameter count worked out from the configuration (models/param_count.h) against the
+// built model's named parameters, over many configurations — awkward ones included — so the
+// formula and the model classes cannot drift apart; and the overflow checks.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "models/lm.h"
+#include "models/nli.h"
+#include "models/param_count.h"
+
+using namespace wedge;
+using models::LMConfig;
+using models::NliConfig;
+
+namespace {
+
+// One row per part, so a mismatch shows as readable text.
+std::string rows(const std::vector<std::pair<std::string, std::int64_t>>& parts) {
+  std::string s;
+  for (const auto& [part, n] : parts) s += fmt::format("{} {}\n", part, n);
+  return s;
+}
+
+template <typename Config, typename Model>
+void check_against_model(const Config& c, const Model& model) {
+  CAPTURE(nlohmann::json(c).dump());
+  const models::ParameterCount count = models::parameter_count(c);
+  CHECK(count.total == model.num_parameters());
+  CHECK(rows(count.parts) == rows(model.parameter_breakdown()));
+  std::int64_t sum = 0;
+  for (const auto& [part, n] : count.parts) sum += n;
+  CHECK(sum == count.total);
+}
+
+void check_lm(const LMConfig& c) { check_against_model(c, *models::make_model(c)); }
+void check_nli(const NliConfig& c) { check_against_model(c, *models::make_nli_model(c)); }
+
+LMConfig small(const std::string& model) {
+  LMConfig c;
+  c.model = model;
+  c.vocab_size = 11;
+  c.layers = 2;
+  c.d_model = 6;
+  c.d_ff = 5;
+  c.heads = 3;
+  c.block = 7;
+  c.rank = 3;
+  c.patch = 2;
+  c.cover_depth = 2;
+  c.types = 2;
+  c.state_size = 3;
+  c.section_dim = 4;
+  c.expert_d_ff = 3;
+  return c;
+}
+
+NliConfig small_nli(const std::string& head) {
+  NliConfig c;
+  c.head = head;
+  c.vocab_size = 9;
+  c.layers = 2;
+  c.d_model = 6;
+  c.heads = 2;
+  c.d_ff = 5;
+  c.max_length = 4;
+  c.d_proj = 6;
+  c.mixing_heads = 2;
+  c.window = 3;
+  c.stride = 3;
+  c.patch = 2;
+  c.cover_depth = 2;
+  c.types = 2;
+  c.state_size = 3;
+  c.section_dim = 4;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("parameter_count: TransformerLM, any depth and width") {
+  check_lm(LMConfig{});  // the paper's 6 layers
+  for (std::int64_t layers : {1, 2, 5})
+    for (auto [d, heads] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 1}, {6, 3}, {7, 7}, {12, 4}}) {
+      LMConfig c = small("transformer");
+      c.layers = layers;
+      c.d_model = d;
+      c.heads = heads;
+      c.d_ff = 2 * d + 1;
+      check_lm(c);
+    }
+  LMConfig c = small("transformer");
+  c.vocab_size = 2;  // the smallest vocabulary, the shortest context, the narrowest feed-forward
+  c.block = 1;
+  c.d_ff = 1;
+  check_lm(c);
+}
+
+TEST_CASE("parameter_count: GrassmannLM with every option") {
+  check_lm([] { LMConfig c; c.model = "grassmann"; return c; }());
+  for (std::int64_t layers : {1, 3})
+    for (std::int64_t rank : {2, 3, 6})  // the smallest rank, an odd one, rank = d
+      for (bool out_proj : {true, false})
+        for (bool schedule : {false, true}) {
+          LMConfig c = small("grassmann");
+          c.layers = layers;
+          c.rank = rank;
+          c.mix_out_proj = out_proj;
+          if (schedule) {
+            c.window_schedule.clear();
+            for (std::int64_t i = 0; i < layers; ++i) c.window_schedule.push_back(static_cast<std::int32_t>(2 * i + 1));
+          }
+          check_lm(c);
+        }
+  LMConfig c = small("grassmann");
+  c.windows = {1};
+  check_lm(c);
+  c.windows = {3, 100};  // an offset far beyond the block holds no parameters either
+  c.d_model = 5;
+  c.rank = 5;
+  c.leaky = true;
+  check_lm(c);
+}
+
+TEST_CASE("parameter_count: SheafStateLM, every size down to 1 and every cover depth") {
+  check_lm([] { LMConfig c; c.model = "sheaf"; return c; }());
+  for (std::int64_t depth = 1; depth <= 6; ++depth) {
+    LMConfig c = small("sheaf");
+    c.cover_depth = depth;
+    check_lm(c);
+  }
+  // P = 1, K = 1 (one expert), N_s = 1, d_s = 1, an expert of width 1, one layer.
+  LMConfig c = small("sheaf");
+  c.patch = 1;
+  c.types = 1;
+  c.state_size = 1;
+  c.section_dim = 1;
+  c.expert_d_ff = 1;
+  c.layers = 1;
+  check_lm(c);
+  // The step-size rank ceil(d / 16) on both sides of a multiple of 16, many experts, leaky.
+  for (std::int64_t d : {1, 15, 16, 17}) {
+    c = small("sheaf");
+    c.d_model = d;
+    c.types = 5;
+    c.leaky = d == 17;
+    check_lm(c);
+  }
+}
+
+TEST_CASE("parameter_count: the sentence-pair classifier, every head, hypothesis-only") {
+  for (const char* head : {"transformer", "grassmann", "sheaf"})
+    for (bool hypothesis_only : {false, true})
+      for (std::int64_t layers : {1, 2}) {
+        NliConfig c = small_nli(head);
+        c.hypothesis_only = hypothesis_only;
+        c.layers = layers;
+        check_nli(c);
+      }
+  NliConfig c;  // the paper's head sizes
+  for (const char* head : {"transformer", "grassmann", "sheaf"}) {
+    c.head = head;
+    c.vocab_size = 300;
+    check_nli(c);
+  }
+  c = small_nli("grassmann");
+  c.d_proj = 12;
+  c.mixing_heads = 3;  // heads of rank 4: 3 x 6 Plücker coordinates
+  c.max_length = 3;
+  check_nli(c);
+  c.mixing_heads = 6;  // rank 2: one coordinate per head
+  check_nli(c);
+  for (std::int64_t depth : {1, 3, 5}) {
+    c = small_nli("sheaf");
+    c.cover_depth = depth;
+    c.patch = 1;
+    c.types = 1;
+    c.state_size = 1;
+    c.section_dim = 2;
+    c.d_model = 17;
+    check_nli(c);
+  }
+}
+
+TEST_CASE("parameter_count of a model far too large to build: at once, and the same formula") {
+  LMConfig c;
+  c.d_model = 65536;
+  c.layers = 64;
+  const std::int64_t d = c.d_model, f = c.d_ff;
+  const std::int64_t block = (d * 3 * d + 3 * d) + (d * d + d) + 4 * d + (d * f + f + f * d + d);
+  const models::ParameterCount count = models::parameter_count(c);
+  CHECK(count.total == c.vocab_size * d + c.block * d + c.layers * block);
+  CHECK(count.total == 1'110'148'055'040);
+  REQUIRE(count.parts.size() == 8);
+  CHECK(count.parts[2] == std::pair<std::string, std::int64_t>{"attention.qkv", 64 * (3 * d * d + 3 * d)});
+}
+
+TEST_CASE("checked_product and checked_sum: exact below the limit, a named error above it") {
+  const std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  CHECK(models::checked_product({{"--a", 3}, {"--b", 5}, {"--c", 7}}) == 105);
+  CHECK(models::checked_product({{"--a", max}, {"--b", 1}}) == max);
+  CHECK(models::checked_product({{"--a", 0}, {"--b", max}}) == 0);
+  CHECK(models::checked_product({{"--a", std::int64_t{1} << 31}, {"--b", std::int64_t{1} << 31}}) ==
+        (std::int64_t{1} << 62));
+  CHECK_THROWS_WITH_AS(models::checked_product({{"--a", std::int64_t{1} << 32}, {"--b", std::int64_t{1} << 31}}),
+                       "the parameter count does not fit in 64 bits: --a 4294967296 x --b 2147483648 overflows "
+                       "(reduce these sizes)",
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(models::checked_product({{"--d-model", 3'037'000'500}, {"--d-model", 3'037'000'500}}),
+                       doctest::Contains("--d-model 3037000500 x --d-model 3037000500"), std::invalid_argument);
+  CHECK(models::checked_sum(max - 1, 1, "x") == max);
+  CHECK_THROWS_WITH_AS(models::checked_sum(max, 1, "the total"), doctest::Contains("overflows at the total"),
+                       std::invalid_argument);
+}
