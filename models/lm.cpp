@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "models/grassmann.h"
+#include "models/param_count.h"
 #include "models/sheaf.h"
 #include "models/transformer.h"
 
@@ -31,17 +32,32 @@ std::vector<std::int32_t> LMConfig::offsets_for_layer(std::int64_t i) const {
 
 void LMConfig::validate() const {
   auto bad = [](const std::string& what) { throw std::invalid_argument(what); };
+  auto at_most = [&](const char* flag, std::int64_t value, std::int64_t limit) {
+    if (value > limit) bad(fmt::format("{} {} must be at most {}", flag, value, limit));
+  };
   if (model != "transformer" && model != "grassmann" && model != "sheaf")
     bad(fmt::format("--model '{}' is unknown (transformer | grassmann | sheaf)", model));
   if (vocab_size < 2)
     bad(fmt::format("--vocab-size {} is too small (a language model needs at least 2 tokens)",
                     vocab_size));
+  if (vocab_size > kMaxVocabulary)
+    bad(fmt::format("--vocab-size {} must be at most {} (token ids are int32)", vocab_size, kMaxVocabulary));
   if (layers < 1) bad(fmt::format("--layers {} must be at least 1", layers));
+  at_most("--layers", layers, kMaxLayers);
   if (d_model < 1) bad(fmt::format("--d-model {} must be at least 1", d_model));
+  at_most("--d-model", d_model, kMaxWidth);
   if (d_ff < 1) bad(fmt::format("--d-ff {} must be at least 1", d_ff));
+  at_most("--d-ff", d_ff, kMaxWidth);
   if (block < 1) bad(fmt::format("--block {} must be at least 1", block));
+  at_most("--block", block, kMaxLength);
   if (!(dropout >= 0.0 && dropout < 1.0))
     bad(fmt::format("--dropout {} must lie in [0, 1)", dropout));
+  // Stored in every run's config.json whatever the model, so finite for every model (JSON
+  // has no NaN or infinity).
+  if (!(energy_weight >= 0.0) || !std::isfinite(energy_weight))
+    bad(fmt::format("--energy-weight {} must be a finite number >= 0", energy_weight));
+  if (!(balance_weight >= 0.0) || !std::isfinite(balance_weight))
+    bad(fmt::format("--balance-weight {} must be a finite number >= 0", balance_weight));
   if (model == "transformer") {
     if (heads < 1) bad(fmt::format("--heads {} must be at least 1", heads));
     if (d_model % heads != 0)
@@ -51,6 +67,8 @@ void LMConfig::validate() const {
     if (rank < 2)
       bad(fmt::format("--rank {} must be at least 2 (a Plücker vector needs a pair of axes)",
                       rank));
+    if (rank > d_model)
+      bad(fmt::format("--rank {} must be at most --d-model {} (W_red reduces d to r)", rank, d_model));
     if (window_schedule.empty()) {
       if (windows.empty()) bad("--windows is empty (give at least one offset, e.g. 1,2,4,8,12,16)");
       for (std::int32_t w : windows)
@@ -70,21 +88,25 @@ void LMConfig::validate() const {
   }
   if (model == "sheaf") {
     if (patch < 1) bad(fmt::format("--patch {} must be at least 1", patch));
+    at_most("--patch", patch, kMaxLength);
     if (cover_depth < 1 || cover_depth > 6)
       bad(fmt::format("--cover-depth {} must lie in [1, 6] (the cover p-1, p-2, ..., p-2^(D-1))", cover_depth));
     if (types < 1) bad(fmt::format("--types {} must be at least 1", types));
+    at_most("--types", types, kMaxTypes);
     if (state_size < 1) bad(fmt::format("--state-size {} must be at least 1", state_size));
+    at_most("--state-size", state_size, kMaxWidth);
     if (section_dim < 1) bad(fmt::format("--section-dim {} must be at least 1", section_dim));
+    at_most("--section-dim", section_dim, kMaxWidth);
     if (expert_d_ff < 1) bad(fmt::format("--expert-d-ff {} must be at least 1", expert_d_ff));
-    if (!(energy_weight >= 0.0) || !std::isfinite(energy_weight))
-      bad(fmt::format("--energy-weight {} must be a finite number >= 0", energy_weight));
-    if (!(balance_weight >= 0.0) || !std::isfinite(balance_weight))
-      bad(fmt::format("--balance-weight {} must be a finite number >= 0", balance_weight));
+    at_most("--expert-d-ff", expert_d_ff, kMaxWidth);
   }
   if (leaky && model == "transformer")
     bad("--leaky exists only for --model grassmann and sheaf (a test of the causality audit)");
   // Offsets larger than --block are allowed on purpose: such a pair never exists, the
   // offset is skipped everywhere, exactly as at the start of any sequence.
+
+  // Every size is within its bounds; their products may still overflow (throws, naming them).
+  detail::count_parameters(*this);
 }
 
 void to_json(nlohmann::json& j, const LMConfig& c) {

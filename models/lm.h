@@ -16,6 +16,15 @@
 
 namespace wedge::models {
 
+// The bounds validate() puts on the sizes (LMConfig and NliConfig alike): far beyond any
+// model a machine of today trains, and small enough that no size overflows alone; a
+// product of them that overflows is caught by the parameter count (models/param_count.h).
+inline constexpr std::int64_t kMaxVocabulary = 2'147'483'647;  // token ids are int32
+inline constexpr std::int64_t kMaxLayers = 4096;
+inline constexpr std::int64_t kMaxWidth = 1 << 20;   // --d-model, --d-ff, --rank, --state-size, ...
+inline constexpr std::int64_t kMaxLength = 1 << 20;  // --block, --patch, --max-length, --window
+inline constexpr std::int64_t kMaxTypes = 4096;      // --types: patch types, and experts
+
 struct LMConfig {
   std::string model = "transformer";  // transformer | grassmann | sheaf
   std::int64_t vocab_size = 30522;
@@ -46,7 +55,9 @@ struct LMConfig {
 
   // Offsets used by layer i.
   std::vector<std::int32_t> offsets_for_layer(std::int64_t i) const;
-  // Throws std::invalid_argument naming the flag when the configuration is inconsistent.
+  // Throws std::invalid_argument naming the flag when the configuration is inconsistent,
+  // a size lies outside its bounds (above), a weight is not finite, or the parameter count
+  // does not fit in 64 bits.
   void validate() const;
 };
 

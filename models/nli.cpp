@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "models/param_count.h"
+
 namespace wedge::models {
 
 namespace {
@@ -41,27 +43,45 @@ void NliConfig::validate() const {
   auto need = [](bool ok, const std::string& what) {
     if (!ok) throw std::invalid_argument(what);
   };
+  auto at_most = [&](const char* flag, std::int64_t value, std::int64_t limit) {
+    need(value <= limit, fmt::format("{} must be at most {}, got {}", flag, limit, value));
+  };
   need(head == "transformer" || head == "grassmann" || head == "sheaf",
        fmt::format("--head '{}' is unknown (transformer, grassmann or sheaf)", head));
   need(vocab_size >= 4, fmt::format("the vocabulary has {} tokens; at least 4 ([PAD], [UNK], [CLS], [SEP])", vocab_size));
+  need(vocab_size <= kMaxVocabulary,
+       fmt::format("the vocabulary has {} tokens; at most {} (token ids are int32)", vocab_size, kMaxVocabulary));
   need(layers >= 1, fmt::format("--layers must be at least 1, got {}", layers));
-  need(d_model >= 1 && dropout >= 0 && dropout < 1, "--d-model must be positive and --dropout in [0, 1)");
+  at_most("--layers", layers, kMaxLayers);
+  need(d_model >= 1, fmt::format("--d-model must be positive, got {}", d_model));
+  at_most("--d-model", d_model, kMaxWidth);
+  need(dropout >= 0 && dropout < 1, fmt::format("--dropout must lie in [0, 1), got {}", dropout));
   need(d_ff >= 1, fmt::format("--d-ff must be positive, got {}", d_ff));
+  at_most("--d-ff", d_ff, kMaxWidth);
   need(max_length >= 3, fmt::format("--max-length must be at least 3 ([CLS], a token, [SEP]), got {}", max_length));
+  at_most("--max-length", max_length, kMaxLength);
   if (head == "transformer")
     need(heads >= 1 && d_model % heads == 0, fmt::format("--heads {} must divide --d-model {}", heads, d_model));
   if (head == "grassmann") {
     need(mixing_heads >= 1 && d_proj % mixing_heads == 0 && d_proj / mixing_heads >= 2,
          fmt::format("--mixing-heads {} must divide --d-proj {} into heads of at least 2", mixing_heads, d_proj));
+    at_most("--d-proj", d_proj, kMaxWidth);
     need(window >= 2, fmt::format("--window must be at least 2 (a token and a partner), got {}", window));
+    at_most("--window", window, kMaxLength);
     need(stride == window, fmt::format("--stride {} must equal --window {} (non-overlapping windows)", stride, window));
   }
   if (head == "sheaf") {
     need(patch >= 1, fmt::format("--patch must be at least 1, got {}", patch));
+    at_most("--patch", patch, kMaxLength);
     need(cover_depth >= 1 && cover_depth <= 16, fmt::format("--cover-depth must be in [1, 16], got {}", cover_depth));
     need(types >= 1 && state_size >= 1, "--types and --state-size must be at least 1");
+    at_most("--types", types, kMaxTypes);
+    at_most("--state-size", state_size, kMaxWidth);
     need(section_dim >= 2, fmt::format("--section-dim must be at least 2, got {}", section_dim));
+    at_most("--section-dim", section_dim, kMaxWidth);
   }
+  // Every size is within its bounds; their products may still overflow (throws, naming them).
+  detail::count_parameters(*this);
 }
 
 void to_json(nlohmann::json& j, const NliConfig& c) {

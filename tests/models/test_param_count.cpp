@@ -1,8 +1,9 @@
 // The parameter count worked out from the configuration (models/param_count.h) against the
 // built model's named parameters, over many configurations — awkward ones included — so the
-// formula and the model classes cannot drift apart; and the overflow checks.
+// formula and the model classes cannot drift apart; and the overflow and bound checks.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
@@ -81,6 +82,24 @@ NliConfig small_nli(const std::string& head) {
   c.state_size = 3;
   c.section_dim = 4;
   return c;
+}
+
+std::string validate_message(const LMConfig& c) {
+  try {
+    c.validate();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string validate_message(const NliConfig& c) {
+  try {
+    c.validate();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace
@@ -218,4 +237,135 @@ TEST_CASE("checked_product and checked_sum: exact below the limit, a named error
   CHECK(models::checked_sum(max - 1, 1, "x") == max);
   CHECK_THROWS_WITH_AS(models::checked_sum(max, 1, "the total"), doctest::Contains("overflows at the total"),
                        std::invalid_argument);
+}
+
+TEST_CASE("a configuration whose parameter count overflows is refused with the sizes named") {
+  // Every size within its bound; the restriction banks of 4096 layers overflow.
+  LMConfig c;
+  c.model = "sheaf";
+  c.layers = 4096;
+  c.types = 4096;
+  c.section_dim = 1 << 20;
+  c.cover_depth = 6;
+  // The mixer's own tensors per layer: A_log (E x N_s), D and dt_bias (E each), R (D x K x d_s x d_s).
+  const std::int64_t E = 2 * 256, mixer = E * 16 + 2 * E + 6 * 4096 * (std::int64_t{1} << 40);
+  CHECK(validate_message(c) == fmt::format("the parameter count does not fit in 64 bits: mixer per layer {} x "
+                                           "--layers 4096 overflows (reduce these sizes)",
+                                           mixer));
+  CHECK_THROWS_WITH_AS(models::parameter_count(c), doctest::Contains("does not fit in 64 bits"), std::invalid_argument);
+  // make_model refuses it before allocating anything (not std::bad_alloc).
+  CHECK_THROWS_AS(models::make_model(c), std::invalid_argument);
+
+  // Grassmann: C(r, 2) x d per layer is 2^59; 4096 layers of it overflow.
+  c = LMConfig{};
+  c.model = "grassmann";
+  c.d_model = 1 << 20;
+  c.rank = 1 << 20;
+  c.layers = 4096;
+  const std::int64_t r = c.rank, plucker = r * (r - 1) / 2 * c.d_model + c.d_model;
+  CHECK(validate_message(c) == fmt::format("the parameter count does not fit in 64 bits: mixing.plucker per layer {} x "
+                                           "--layers 4096 overflows (reduce these sizes)",
+                                           plucker));
+  c.layers = 8;  // 8 layers fit: the same widths are fine
+  CHECK(validate_message(c) == "");
+
+  NliConfig n;
+  n.head = "sheaf";
+  n.layers = 4096;
+  n.types = 4096;
+  n.section_dim = 1 << 20;
+  n.cover_depth = 16;
+  // Two-sided: 2 D restriction maps per type.
+  CHECK(validate_message(n) == fmt::format("the parameter count does not fit in 64 bits: mixing per layer {} x "
+                                           "--layers 4096 overflows (reduce these sizes)",
+                                           E * 16 + 2 * E + 2 * 16 * 4096 * (std::int64_t{1} << 40)));
+  CHECK_THROWS_AS(models::make_nli_model(n), std::invalid_argument);
+}
+
+TEST_CASE("LMConfig::validate: --rank at most --d-model, every size bounded, every weight finite") {
+  LMConfig c = small("grassmann");
+  c.rank = 7;
+  CHECK(validate_message(c) == "--rank 7 must be at most --d-model 6 (W_red reduces d to r)");
+  c.rank = 6;
+  CHECK(validate_message(c) == "");
+
+  c = LMConfig{};
+  c.d_model = (1 << 20) + 1;
+  CHECK(validate_message(c) == "--d-model 1048577 must be at most 1048576");
+  c = LMConfig{};
+  c.layers = 4097;
+  CHECK(validate_message(c) == "--layers 4097 must be at most 4096");
+  c.layers = 4096;
+  c.d_model = 8;
+  c.heads = 2;
+  CHECK(validate_message(c) == "");
+  c = LMConfig{};
+  c.d_ff = std::int64_t{1} << 40;
+  CHECK(validate_message(c) == "--d-ff 1099511627776 must be at most 1048576");
+  c = LMConfig{};
+  c.block = 2'000'000;
+  CHECK(validate_message(c) == "--block 2000000 must be at most 1048576");
+  c = LMConfig{};
+  c.vocab_size = std::int64_t{1} << 31;
+  CHECK(validate_message(c) == "--vocab-size 2147483648 must be at most 2147483647 (token ids are int32)");
+
+  c = small("sheaf");
+  c.types = 4097;
+  CHECK(validate_message(c) == "--types 4097 must be at most 4096");
+  c = small("sheaf");
+  c.patch = std::int64_t{1} << 21;
+  CHECK(validate_message(c) == "--patch 2097152 must be at most 1048576");
+  c = small("sheaf");
+  c.state_size = std::int64_t{1} << 21;
+  CHECK(validate_message(c) == "--state-size 2097152 must be at most 1048576");
+  c = small("sheaf");
+  c.section_dim = std::int64_t{1} << 21;
+  CHECK(validate_message(c) == "--section-dim 2097152 must be at most 1048576");
+  c = small("sheaf");
+  c.expert_d_ff = std::int64_t{1} << 21;
+  CHECK(validate_message(c) == "--expert-d-ff 2097152 must be at most 1048576");
+
+  const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+  c = LMConfig{};
+  c.dropout = nan;
+  CHECK(validate_message(c) == "--dropout nan must lie in [0, 1)");
+  c.dropout = -inf;
+  CHECK(validate_message(c) == "--dropout -inf must lie in [0, 1)");
+  // The gluing weights are stored in config.json for every model, so every model checks them.
+  c = LMConfig{};
+  c.energy_weight = inf;
+  CHECK(validate_message(c) == "--energy-weight inf must be a finite number >= 0");
+  c = small("grassmann");
+  c.balance_weight = nan;
+  CHECK(validate_message(c) == "--balance-weight nan must be a finite number >= 0");
+}
+
+TEST_CASE("NliConfig::validate: every size bounded, dropout finite") {
+  NliConfig c;
+  c.d_model = (1 << 20) + 4;
+  CHECK(validate_message(c) == "--d-model must be at most 1048576, got 1048580");
+  c = NliConfig{};
+  c.layers = 5000;
+  CHECK(validate_message(c) == "--layers must be at most 4096, got 5000");
+  c = NliConfig{};
+  c.vocab_size = std::int64_t{1} << 40;
+  CHECK(validate_message(c) == "the vocabulary has 1099511627776 tokens; at most 2147483647 (token ids are int32)");
+  c = NliConfig{};
+  c.max_length = std::int64_t{1} << 62;  // 2 max_length - 1 positions would overflow
+  CHECK(validate_message(c) == "--max-length must be at most 1048576, got 4611686018427387904");
+  c = NliConfig{};
+  c.dropout = std::nan("");
+  CHECK(validate_message(c) == "--dropout must lie in [0, 1), got nan");
+  c = small_nli("grassmann");
+  c.window = c.stride = 3'000'000;
+  CHECK(validate_message(c) == "--window must be at most 1048576, got 3000000");
+  c = small_nli("grassmann");
+  c.d_proj = std::int64_t{1} << 21;
+  CHECK(validate_message(c) == "--d-proj must be at most 1048576, got 2097152");
+  c = small_nli("sheaf");
+  c.types = 4097;
+  CHECK(validate_message(c) == "--types must be at most 4096, got 4097");
+  c = small_nli("sheaf");
+  c.section_dim = std::int64_t{1} << 30;
+  CHECK(validate_message(c) == "--section-dim must be at most 1048576, got 1073741824");
 }
