@@ -1,11 +1,13 @@
 // The parameter count worked out from the configuration (models/param_count.h) against the
 // built model's named parameters, over many configurations — awkward ones included — so the
-// formula and the model classes cannot drift apart; and the overflow and bound checks.
+// formula and the model classes cannot drift apart; the overflow and bound checks; and the
+// memory check that runs before a model is allocated (models/memory_check.h).
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -14,8 +16,10 @@
 #include <nlohmann/json.hpp>
 
 #include "models/lm.h"
+#include "models/memory_check.h"
 #include "models/nli.h"
 #include "models/param_count.h"
+#include "scratch.h"
 
 using namespace wedge;
 using models::LMConfig;
@@ -368,4 +372,65 @@ TEST_CASE("NliConfig::validate: every size bounded, dropout finite") {
   c = small_nli("sheaf");
   c.section_dim = std::int64_t{1} << 30;
   CHECK(validate_message(c) == "--section-dim must be at most 1048576, got 1073741824");
+}
+
+TEST_CASE("check_model_memory: 16 bytes a parameter to train, 4 to evaluate, against what is available") {
+  CHECK(models::bytes_per_parameter(models::ModelUse::training) == 16);
+  CHECK(models::bytes_per_parameter(models::ModelUse::evaluation) == 4);
+  const std::int64_t gib = std::int64_t{1} << 30;
+  // 10^9 parameters: 14.9 GiB to train, 3.7 GiB to evaluate; 8 GiB available.
+  CHECK_THROWS_WITH_AS(models::check_model_memory(1'000'000'000, models::ModelUse::training, 8 * gib),
+                       "the model has 1,000,000,000 parameters and needs ~14.9 GiB for weights, gradients and AdamW "
+                       "state; this machine has 8.0 GiB available — reduce --d-model/--layers (or the vocabulary)",
+                       std::runtime_error);
+  CHECK_NOTHROW(models::check_model_memory(1'000'000'000, models::ModelUse::evaluation, 8 * gib));
+  CHECK_THROWS_WITH_AS(models::check_model_memory(3'000'000'000, models::ModelUse::evaluation, 8 * gib),
+                       doctest::Contains("needs ~11.2 GiB for its weights; this machine has 8.0 GiB available"),
+                       std::runtime_error);
+  // Exactly at the limit fits; one parameter more does not.
+  CHECK_NOTHROW(models::check_model_memory(gib / 2, models::ModelUse::training, 8 * gib));
+  CHECK_THROWS_AS(models::check_model_memory(gib / 2 + 1, models::ModelUse::training, 8 * gib), std::runtime_error);
+  // A count whose bytes would overflow int64 is too large, not wrapped around to small.
+  CHECK_THROWS_AS(models::check_model_memory(std::numeric_limits<std::int64_t>::max() / 4,
+                                             models::ModelUse::training, std::numeric_limits<std::int64_t>::max()),
+                  std::runtime_error);
+  // Unknown available memory: nothing to compare with, no error.
+  CHECK_NOTHROW(models::check_model_memory(std::numeric_limits<std::int64_t>::max(), models::ModelUse::training,
+                                           std::nullopt));
+}
+
+TEST_CASE("available_memory_bytes reads MemAvailable, and nothing from a file without it") {
+  wedge::testing::ScratchDir dir("meminfo");
+  wedge::testing::write_file(dir.path / "meminfo",
+                             "MemTotal:       24683548 kB\nMemFree:        19681188 kB\n"
+                             "MemAvailable:   21970652 kB\nBuffers:           21292 kB\n");
+  CHECK(models::available_memory_bytes(dir.str("meminfo")) == std::int64_t{21970652} * 1024);
+  wedge::testing::write_file(dir.path / "old", "MemTotal:       24683548 kB\nMemFree:        19681188 kB\n");
+  CHECK(models::available_memory_bytes(dir.str("old")) == std::nullopt);
+  wedge::testing::write_file(dir.path / "garbled", "MemAvailable:   lots\n");
+  CHECK(models::available_memory_bytes(dir.str("garbled")) == std::nullopt);
+  CHECK(models::available_memory_bytes(dir.str("missing")) == std::nullopt);
+  const auto here = models::available_memory_bytes();
+  if (here) CHECK(*here > 0);
+}
+
+TEST_CASE("check_model_memory(config): the paper's model fits, a 1.8 * 10^16-parameter one never does") {
+  if (!models::available_memory_bytes()) {
+    MESSAGE("skipped: /proc/meminfo has no MemAvailable here");
+    return;
+  }
+  CHECK_NOTHROW(models::check_model_memory(LMConfig{}, models::ModelUse::training));
+  CHECK_NOTHROW(models::check_model_memory(NliConfig{}, models::ModelUse::training));
+  LMConfig c;
+  c.d_model = 1 << 20;
+  c.layers = 4096;
+  CHECK_THROWS_WITH_AS(models::check_model_memory(c, models::ModelUse::evaluation),
+                       doctest::Contains("parameters and needs ~"), std::runtime_error);
+  NliConfig n;
+  n.d_model = 1 << 20;
+  n.layers = 4096;
+  CHECK_THROWS_WITH_AS(models::check_model_memory(n, models::ModelUse::training),
+                       doctest::Contains("for weights, gradients and AdamW state"), std::runtime_error);
+  c.heads = 3;  // an invalid configuration is named as such first
+  CHECK_THROWS_AS(models::check_model_memory(c, models::ModelUse::training), std::invalid_argument);
 }
