@@ -1,4 +1,5 @@
-// wedge params        — the parameter count of a model configuration, part by part
+// wedge params        — the parameter count of a model configuration, part by part, worked
+//                       out from the configuration (models/param_count.h): nothing is built
 // wedge audit-causal  — the causality audit of models/audit.h on a freshly built model
 #include <iostream>
 #include <map>
@@ -15,6 +16,8 @@
 #include "engine/device.h"
 #include "models/audit.h"
 #include "models/lm.h"
+#include "models/memory_check.h"
+#include "models/param_count.h"
 #include "tools/commands.h"
 #include "tools/model_flags.h"
 
@@ -87,9 +90,7 @@ std::string with_commas(std::int64_t n) {
 void run_params(const ModelFlags& flags, bool json) {
   // A bad flag throws std::invalid_argument naming it; main turns that into one line.
   const models::LMConfig config = flags.config();
-  const auto model = models::make_model(config);
-  const std::int64_t total = model->num_parameters();
-  const auto parts = model->parameter_breakdown();
+  const auto [total, parts] = models::parameter_count(config);
   if (json) {
     nlohmann::ordered_json out;
     out["model"] = config.model;
@@ -113,15 +114,14 @@ void run_params(const ModelFlags& flags, bool json) {
 void run_nli_params(const models::NliConfig& config, const std::string& vocab_file, std::int64_t vocab_size, bool json) {
   models::NliConfig c = config;
   c.vocab_size = vocab_file.empty() ? vocab_size : count_vocab_lines(vocab_file);
-  const auto model = models::make_nli_model(c);
-  const std::int64_t total = model->num_parameters();
+  const auto [total, parts] = models::parameter_count(c);
   if (json) {
     nlohmann::ordered_json out;
     out["task"] = "nli";
     out["head"] = c.head;
     out["total"] = total;
     out["parts"] = nlohmann::ordered_json::object();
-    for (const auto& [name, count] : model->parameter_breakdown()) out["parts"][name] = count;
+    for (const auto& [name, count] : parts) out["parts"][name] = count;
     out["config"] = nlohmann::json(c);
     std::cout << out.dump() << std::endl;
     return;
@@ -129,7 +129,7 @@ void run_nli_params(const models::NliConfig& config, const std::string& vocab_fi
   std::cout << fmt::format("sentence-pair classifier, {} head{}: {} layers, d {}, d_ff {}, vocabulary {}\n\n", c.head,
                            c.hypothesis_only ? " (hypothesis only)" : "", c.layers, c.d_model, c.d_ff, c.vocab_size);
   std::cout << fmt::format("{:<28} {:>12} {:>8}\n", "part", "parameters", "share");
-  for (const auto& [name, count] : model->parameter_breakdown())
+  for (const auto& [name, count] : parts)
     std::cout << fmt::format("{:<28} {:>12} {:>7.2f}%\n", name, with_commas(count), 100.0 * double(count) / double(total));
   std::cout << fmt::format("{:<28} {:>12}   ({:.2f} M)\n", "total", with_commas(total), double(total) / 1e6);
 }
@@ -144,6 +144,8 @@ void run_audit(const ModelFlags& flags, const AuditFlags& audit) {
   const models::LMConfig config = flags.config();
   const Device device = Device::parse(audit.device);
   const std::int64_t L = audit.length > 0 ? audit.length : config.block;
+  // The audit freezes the parameters: the weights alone, no gradients or optimizer state.
+  models::check_model_memory(config, models::ModelUse::evaluation);
   const auto model = models::make_model(config);
   model->to(device);
   const models::AuditResult result = models::audit_causal(*model, L, config.seed, audit.positions);

@@ -110,6 +110,42 @@ TEST_CASE("wedge params --model sheaf --json: the total and its parts") {
   CHECK(j.at("config").at("patch") == 16);
 }
 
+TEST_CASE("wedge params counts without building: a model far too large to build answers at once") {
+  if (!have_cli()) return;
+  // 1.1 * 10^12 parameters (4.4 TB of weights): counted from the configuration alone.
+  CHECK(params_total("--d-model 65536 --layers 64") == 1'110'148'055'040);
+  const Run table = wedge_cli("params --d-model 65536 --layers 64");
+  CHECK(table.status == 0);
+  CHECK(table.out.find("1,110,148,055,040") != std::string::npos);
+
+  const Run rank = wedge_cli("params --model grassmann --rank 300");
+  CHECK(rank.status == 1);
+  CHECK(rank.out.find("error: --rank 300 must be at most --d-model 256") != std::string::npos);
+  const Run wide = wedge_cli("params --d-model 2000000");
+  CHECK(wide.status == 1);
+  CHECK(wide.out.find("error: --d-model 2000000 must be at most 1048576") != std::string::npos);
+  const Run overflow =
+      wedge_cli("params --model sheaf --layers 4096 --types 4096 --section-dim 1048576 --cover-depth 6 --json");
+  CHECK(overflow.status == 1);
+  CHECK(overflow.out.find("error: the parameter count does not fit in 64 bits") != std::string::npos);
+  const Run nli = wedge_cli("params --task nli --layers 5000");
+  CHECK(nli.status == 1);
+  CHECK(nli.out.find("error: --layers must be at most 4096, got 5000") != std::string::npos);
+}
+
+TEST_CASE("wedge audit-causal refuses a model this machine cannot hold before building it") {
+  if (!have_cli()) return;
+  if (!std::filesystem::exists("/proc/meminfo")) {
+    MESSAGE("skipped: no /proc/meminfo to compare with");
+    return;
+  }
+  // 1.8 * 10^16 parameters: no machine holds their weights (72 PB).
+  const Run r = wedge_cli("audit-causal --d-model 1048576 --layers 4096");
+  CHECK(r.status == 1);
+  CHECK_MESSAGE(r.out.find("error: the model has 18,023,265,400,258,560 parameters and needs ~") == 0, r.out);
+  CHECK(r.out.find("for its weights; this machine has") != std::string::npos);
+}
+
 TEST_CASE("wedge ops lists every op with the CPU, and CUDA whenever it is built in") {
   if (!have_cli()) return;
   const Run r = wedge_cli("ops");
