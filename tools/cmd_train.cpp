@@ -17,6 +17,7 @@
 #include "engine/autograd.h"
 #include "engine/optim.h"
 #include "engine/thread_pool.h"
+#include "models/memory_check.h"
 #include "ops/ops.h"
 #include "tools/commands.h"
 #include "tools/model_flags.h"
@@ -360,6 +361,7 @@ void bench_nli_step(models::NliConfig cfg, std::int64_t vocab_size, std::int64_t
                     bool json, Device dev) {
   constexpr std::int64_t kPremise = 24, kHypothesis = 16, T = kPremise + kHypothesis;
   cfg.vocab_size = vocab_size;
+  models::check_model_memory(cfg, models::ModelUse::training);
   auto model = models::make_nli_model(cfg);
   model->to(dev);
   model->train();
@@ -429,6 +431,7 @@ void register_bench_step(CLI::App& app) {
     check_task_flags(cmd, "lm");
     models::LMConfig cfg = flags->config();
     const Device dev = Device::parse(*device);
+    models::check_model_memory(cfg, models::ModelUse::training);
     auto model = models::make_model(cfg);
     model->to(dev);
     model->train();

@@ -18,6 +18,7 @@
 #include "engine/safetensors.h"
 #include "engine/thread_pool.h"
 #include "ops/ops.h"
+#include "models/memory_check.h"
 #include "tools/run_folder.h"
 #include "tools/training_support.h"
 
@@ -240,6 +241,7 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
                   std::chrono::duration<double>(Clock::now() - t_load).count()));
 
   const Device device = Device::parse(settings.device);
+  models::check_model_memory(config, models::ModelUse::training);
   auto model = models::make_nli_model(config);
   model->to(device);
   model->train();
@@ -367,6 +369,7 @@ LoadedNliRun load_nli_run(const std::string& run_dir, const std::string& which, 
     throw std::runtime_error("cannot read " + config_path + ": " + e.what());
   }
   const std::string path = run_dir + "/" + which + ".safetensors";
+  models::check_model_memory(r.config, models::ModelUse::evaluation);
   r.model = models::make_nli_model(r.config);
   load_parameters(*r.model, load_safetensors(path), path);
   r.model->to(device);

@@ -15,6 +15,7 @@
 #include "engine/safetensors.h"
 #include "engine/thread_pool.h"
 #include "data/wikitext.h"
+#include "models/memory_check.h"
 #include "models/tied_embedding_lm.h"
 #include "ops/ops.h"
 #include "tools/run_folder.h"
@@ -207,6 +208,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   for (const std::string& note : corpus.notes) say("data: " + note);
 
   const Device device = Device::parse(st.device);
+  models::check_model_memory(config, models::ModelUse::training);
   auto model = models::make_model(config);
   model->to(device);
   model->train();
@@ -412,6 +414,7 @@ LoadedRun load_run(const std::string& run_dir, const std::string& which, Device 
   }
   std::string path = run_dir + "/" + which + ".safetensors";
   if (which == "best" && !fs::exists(path)) path = run_dir + "/last.safetensors";
+  models::check_model_memory(r.config, models::ModelUse::evaluation);
   r.model = models::make_model(r.config);
   SafeTensors st = load_safetensors(path);
   load_parameters(*r.model, st, path);
