@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "engine/text_escape.h"
+
 namespace wedge::data {
 
 std::string how_to_get(std::string_view what) {
@@ -19,11 +21,13 @@ std::string how_to_get(std::string_view what) {
          "`wedge vocab train --size N --out vocab.txt FILES...`.";
 }
 
+std::string display_path(const std::filesystem::path& path) { return printable(path.string()); }
+
 std::string missing_file_message(const std::filesystem::path& path, std::string_view what) {
   std::error_code ec;
   const bool exists = std::filesystem::exists(path, ec);
   const char* problem = exists ? "cannot be read" : "not found";
-  return fmt::format("{} file {}: {}. {}", what, problem, path.string(), how_to_get(what));
+  return fmt::format("{} file {}: {}. {}", what, problem, display_path(path), how_to_get(what));
 }
 
 }  // namespace wedge::data

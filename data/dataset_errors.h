@@ -12,6 +12,10 @@ namespace wedge::data {
 // how to obtain that dataset.
 std::string missing_file_message(const std::filesystem::path& path, std::string_view what);
 
+// A path as a message shows it: printable() of its text (engine/text_escape.h), so a file
+// name cannot carry terminal escapes or line breaks into a message.
+std::string display_path(const std::filesystem::path& path);
+
 // How to get a dataset, one paragraph (used by the message above and by `wedge data stats`).
 std::string how_to_get(std::string_view what);
 

@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "engine/text_escape.h"
+
 namespace wedge::data {
 
 namespace {
@@ -69,7 +71,7 @@ Tokenizer::Tokenizer(Vocab vocab, TokenizerOptions options)
     : vocab_(std::move(vocab)), options_(options), basic_(options.normalizer) {
   if (vocab_.unk_id() < 0)
     throw std::runtime_error(fmt::format("the vocabulary {} has no {} token; a WordPiece vocabulary needs one",
-                                         vocab_.source_name(), Vocab::kUnk));
+                                         printable(vocab_.source_name()), Vocab::kUnk));
   const auto& tokens = vocab_.tokens();
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     const std::string_view t = tokens[i];
@@ -168,7 +170,7 @@ std::vector<std::string> Tokenizer::tokenize(std::string_view text) const { retu
 
 Encoding Tokenizer::encode_single(std::string_view text, std::size_t max_length) const {
   if (vocab_.cls_id() < 0 || vocab_.sep_id() < 0)
-    throw std::runtime_error(fmt::format("the vocabulary {} lacks [CLS] or [SEP]", vocab_.source_name()));
+    throw std::runtime_error(fmt::format("the vocabulary {} lacks [CLS] or [SEP]", printable(vocab_.source_name())));
   if (max_length != 0 && max_length < 2)
     throw std::invalid_argument(fmt::format("max_length {} leaves no room for [CLS] and [SEP]", max_length));
   std::vector<std::int32_t> body = encode(text);
@@ -184,7 +186,7 @@ Encoding Tokenizer::encode_single(std::string_view text, std::size_t max_length)
 
 Encoding Tokenizer::encode_pair(std::string_view a, std::string_view b, std::size_t max_length) const {
   if (vocab_.cls_id() < 0 || vocab_.sep_id() < 0)
-    throw std::runtime_error(fmt::format("the vocabulary {} lacks [CLS] or [SEP]", vocab_.source_name()));
+    throw std::runtime_error(fmt::format("the vocabulary {} lacks [CLS] or [SEP]", printable(vocab_.source_name())));
   if (max_length != 0 && max_length < 3)
     throw std::invalid_argument(fmt::format("max_length {} leaves no room for [CLS] and two [SEP]", max_length));
   std::vector<std::int32_t> first = encode(a), second = encode(b);

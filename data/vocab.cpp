@@ -9,6 +9,8 @@
 #include "data/dataset_errors.h"
 #include "data/hash.h"
 #include "data/unicode.h"
+#include "engine/atomic_file.h"
+#include "engine/text_escape.h"
 
 namespace wedge::data {
 
@@ -30,21 +32,41 @@ std::string_view without_trailing_whitespace(std::string_view line) {
 }  // namespace
 
 Vocab Vocab::load(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw std::runtime_error(fmt::format("vocabulary {} is a folder; --vocab takes the vocab.txt file itself",
+                                         display_path(path)));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(missing_file_message(path, "vocabulary"));
+  const std::string name = display_path(path);
   std::vector<std::string> tokens;
   std::string line;
   std::size_t line_number = 0;
   while (std::getline(in, line)) {
     ++line_number;
     if (!unicode::is_valid_utf8(line))
-      throw std::runtime_error(fmt::format("{}:{}: the vocabulary line is not valid UTF-8", path.string(),
-                                           line_number));
+      throw std::runtime_error(fmt::format("{}:{}: the vocabulary line is not valid UTF-8 ({}); is this a vocab.txt?",
+                                           name, line_number, printable(line, 40)));
     line.resize(without_trailing_whitespace(line).size());
+    if (line.empty())
+      throw std::runtime_error(fmt::format("{}:{}: empty line; a vocabulary has one token on every line and a "
+                                           "token's id is its line number (a blank line is usually an editing slip "
+                                           "that moves every later id)",
+                                           name, line_number));
     tokens.push_back(std::move(line));
   }
-  if (tokens.empty())
-    throw std::runtime_error(fmt::format("{}: the vocabulary file is empty", path.string()));
+  if (in.bad()) throw std::runtime_error(fmt::format("{}: read error", name));
+  if (tokens.empty()) throw std::runtime_error(fmt::format("{}: the vocabulary file is empty", name));
+  // Built once every token is in place (a vector that grows moves its strings).
+  std::unordered_map<std::string_view, std::size_t> first_line;
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const auto [it, inserted] = first_line.try_emplace(tokens[i], i + 1);
+    if (!inserted)
+      throw std::runtime_error(fmt::format("{}:{}: the token \"{}\" is also on line {}; a vocabulary lists each token "
+                                           "once (the id of a token is its line number, so a repeated one leaves an id "
+                                           "that lookups never give)",
+                                           name, i + 1, printable(tokens[i]), it->second));
+  }
   return from_tokens(std::move(tokens), path.string());
 }
 
@@ -59,7 +81,13 @@ Vocab Vocab::from_tokens(std::vector<std::string> tokens, std::string source_nam
 void Vocab::index() {
   ids_.clear();
   ids_.reserve(tokens_.size());
-  for (std::size_t i = 0; i < tokens_.size(); ++i) ids_[tokens_[i]] = static_cast<std::int32_t>(i);
+  for (std::size_t i = 0; i < tokens_.size(); ++i) {
+    const auto [it, inserted] = ids_.try_emplace(tokens_[i], static_cast<std::int32_t>(i));
+    if (!inserted)
+      throw std::invalid_argument(fmt::format("vocabulary {}: the token \"{}\" has ids {} and {}; each token must "
+                                              "appear once",
+                                              printable(source_name_), printable(tokens_[i]), it->second, i));
+  }
   pad_id_ = find(kPad);
   unk_id_ = find(kUnk);
   cls_id_ = find(kCls);
@@ -68,25 +96,27 @@ void Vocab::index() {
 }
 
 void Vocab::save(const std::filesystem::path& path) const {
-  for (const std::string& t : tokens_)
-    if (t.find('\n') != std::string::npos || t.find('\r') != std::string::npos)
-      throw std::runtime_error(fmt::format("cannot write token with a line break to {}", path.string()));
-  std::filesystem::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error(fmt::format("cannot write vocabulary file {}", tmp.string()));
-    for (const std::string& t : tokens_) out << t << '\n';
-    out.flush();
-    if (!out) throw std::runtime_error(fmt::format("error while writing vocabulary file {}", tmp.string()));
+  for (std::size_t i = 0; i < tokens_.size(); ++i) {
+    const std::string& t = tokens_[i];
+    if (t.empty() || t.find('\n') != std::string::npos || t.find('\r') != std::string::npos)
+      throw std::runtime_error(fmt::format("cannot write {}: token {} (\"{}\") is empty or holds a line break, which "
+                                           "a vocab.txt cannot represent",
+                                           display_path(path), i, printable(t)));
   }
-  std::filesystem::rename(tmp, path);
+  std::string text;
+  for (const std::string& t : tokens_) {
+    text += t;
+    text += '\n';
+  }
+  // A temporary file beside the target, every write and the close checked, then renamed:
+  // a failure leaves neither a half-written vocabulary nor a temporary file behind.
+  write_file_atomic(path.string(), text, /*durable=*/false);
 }
 
 const std::string& Vocab::token(std::int32_t id) const {
   if (id < 0 || id >= size())
     throw std::out_of_range(fmt::format("token id {} is outside the vocabulary of {} tokens ({})", id, size(),
-                                        source_name_));
+                                        printable(source_name_)));
   return tokens_[static_cast<std::size_t>(id)];
 }
 
@@ -107,7 +137,7 @@ std::filesystem::path find_vocab_near(const std::filesystem::path& dir) {
                                                  dir.parent_path() / "bert-base-uncased-vocab.txt"}) {
     if (std::filesystem::is_regular_file(candidate)) return candidate;
   }
-  throw std::runtime_error("no vocabulary given and none found beside " + dir.string() +
+  throw std::runtime_error("no vocabulary given and none found beside " + display_path(dir) +
                            " (looked for bert-base-uncased-vocab.txt there and in its parent); pass --vocab FILE. " +
                            how_to_get("vocabulary"));
 }

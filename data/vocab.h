@@ -23,15 +23,19 @@ class Vocab {
   Vocab() = default;
 
   // Reads vocab.txt. Line endings may be \n or \r\n; trailing whitespace of a line is not
-  // part of its token (as in the reference). If a token appears twice, looking it up gives
-  // the later id, as in the reference. Throws std::runtime_error for a missing or empty file
-  // or a file that is not UTF-8.
+  // part of its token (as in the reference). Throws std::runtime_error naming the file (and
+  // the line) for a missing, unreadable or empty file, a folder, a line that is not UTF-8, an
+  // empty line, and a token that appears twice (both lines named): the reference would
+  // silently give such a token its later id and leave the earlier one unreachable.
   static Vocab load(const std::filesystem::path& path);
 
-  // A vocabulary from tokens in id order.
+  // A vocabulary from tokens in id order. Throws std::invalid_argument when a token appears
+  // twice.
   static Vocab from_tokens(std::vector<std::string> tokens, std::string source_name = "<memory>");
 
-  // Writes vocab.txt (atomically: to a temporary file, then renamed).
+  // Writes vocab.txt atomically (engine/atomic_file.h): a temporary file beside it, every
+  // write checked, then renamed; on failure nothing is left behind. Throws naming the file,
+  // also for an empty token or one with a line break, which the format cannot hold.
   void save(const std::filesystem::path& path) const;
 
   std::int32_t size() const { return static_cast<std::int32_t>(tokens_.size()); }
