@@ -4,12 +4,13 @@
 
 #include <bit>
 #include <cstdlib>
-#include <random>
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
 
+#include "data/dataset_errors.h"
 #include "data/hash.h"
+#include "engine/atomic_file.h"
 
 namespace wedge::data {
 
@@ -47,26 +48,40 @@ const char* to_string(CacheStatus status) {
 }
 
 CacheStatus read_token_cache(const std::filesystem::path& file, const TokenCacheKey& key,
-                             std::vector<std::int32_t>& ids) {
+                             std::vector<std::int32_t>& ids, std::int32_t id_limit, std::string* problem) {
   ids.clear();
+  auto corrupt = [&](std::string why) {
+    ids.clear();
+    if (problem) *problem = std::move(why);
+    return CacheStatus::kCorrupt;
+  };
   std::error_code ec;
   if (!std::filesystem::exists(file, ec)) return CacheStatus::kMissing;
+  if (!std::filesystem::is_regular_file(file, ec)) return corrupt("not a regular file");
   const std::uintmax_t size = std::filesystem::file_size(file, ec);
   std::ifstream in(file, std::ios::binary);
-  if (ec || !in || size < kHeaderBytes) return CacheStatus::kCorrupt;
+  if (ec || !in) return corrupt("cannot be read");
+  if (size < kHeaderBytes) return corrupt(fmt::format("{} bytes, shorter than the {}-byte header", size, kHeaderBytes));
   Header h{};
   in.read(reinterpret_cast<char*>(&h), kHeaderBytes);
-  if (!in || std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 || h.version != kFormatVersion || h.zero != 0)
-    return CacheStatus::kCorrupt;
+  if (!in) return corrupt("cannot read the header");
+  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 || h.version != kFormatVersion || h.zero != 0)
+    return corrupt("not a wedge token cache of format version 1");
   if ((size - kHeaderBytes) % sizeof(std::int32_t) != 0 || (size - kHeaderBytes) / sizeof(std::int32_t) != h.count)
-    return CacheStatus::kCorrupt;
+    return corrupt(fmt::format("{} bytes of ids where the header announces {} ids", size - kHeaderBytes, h.count));
   // Check the key before reading the payload: a stale file is not worth reading.
   if (!(TokenCacheKey{h.text_hash, h.vocab_hash, h.options_hash} == key)) return CacheStatus::kStale;
   ids.resize(h.count);
   in.read(reinterpret_cast<char*>(ids.data()), static_cast<std::streamsize>(h.count * sizeof(std::int32_t)));
-  if (!in || checksum_of(ids) != h.checksum) {
-    ids.clear();
-    return CacheStatus::kCorrupt;
+  if (!in) return corrupt("cannot read the ids");
+  if (checksum_of(ids) != h.checksum) return corrupt("the ids do not match their checksum");
+  // An id the vocabulary does not have would only fail far from here (an embedding lookup,
+  // a decode), in a message that cannot name this file.
+  if (id_limit > 0) {
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] < 0 || ids[i] >= id_limit)
+        return corrupt(fmt::format("id {} at position {} is outside the vocabulary's {} ids", ids[i], i, id_limit));
+    }
   }
   return CacheStatus::kHit;
 }
@@ -75,7 +90,8 @@ void write_token_cache(const std::filesystem::path& file, const TokenCacheKey& k
                        const std::vector<std::int32_t>& ids) {
   std::error_code ec;
   if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path(), ec);
-  if (ec) throw std::runtime_error(fmt::format("cannot create cache folder {}: {}", file.parent_path().string(), ec.message()));
+  if (ec)
+    throw std::runtime_error(fmt::format("cannot create cache folder {}: {}", display_path(file.parent_path()), ec.message()));
   Header h{};
   std::memcpy(h.magic, kMagic, sizeof kMagic);
   h.version = kFormatVersion;
@@ -84,26 +100,12 @@ void write_token_cache(const std::filesystem::path& file, const TokenCacheKey& k
   h.options_hash = key.options_hash;
   h.count = ids.size();
   h.checksum = checksum_of(ids);
-  // A unique temporary name, so two processes filling the same cache never mix their bytes.
-  std::filesystem::path tmp = file;
-  tmp += fmt::format(".tmp{:08x}", std::random_device{}());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error(fmt::format("cannot write cache file {}", tmp.string()));
-    out.write(reinterpret_cast<const char*>(&h), kHeaderBytes);
-    out.write(reinterpret_cast<const char*>(ids.data()), static_cast<std::streamsize>(ids.size() * sizeof(std::int32_t)));
-    out.flush();
-    if (!out) {
-      out.close();
-      std::filesystem::remove(tmp, ec);
-      throw std::runtime_error(fmt::format("error while writing cache file {}", tmp.string()));
-    }
-  }
-  std::filesystem::rename(tmp, file, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    throw std::runtime_error(fmt::format("cannot move cache file into place at {}", file.string()));
-  }
+  // A temporary file unique to this process and write (two processes filling the same cache
+  // never mix their bytes), every write and the close checked, then renamed into place.
+  AtomicFile out(file.string(), /*durable=*/false);
+  out.write(&h, kHeaderBytes);
+  out.write(ids.data(), ids.size() * sizeof(std::int32_t));
+  out.commit();
 }
 
 std::filesystem::path default_cache_dir() {

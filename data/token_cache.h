@@ -2,7 +2,8 @@
 //
 // The file is keyed by what produced it: the hash of the text, of the vocabulary and of the
 // tokenization options. A file whose key differs is stale, one that fails its own checks
-// (size, magic, checksum) is corrupt; either way the caller tokenizes again and rewrites it.
+// (size, magic, checksum, ids inside the vocabulary) is corrupt; either way the caller
+// tokenizes again and rewrites it.
 //
 // Layout (little-endian):
 //   0   8 bytes  magic "WEDGEIDS"
@@ -41,9 +42,12 @@ enum class CacheStatus {
 const char* to_string(CacheStatus status);
 
 // Reads the ids if the file exists, is intact and carries `key`. Otherwise returns
-// kMissing / kStale / kCorrupt and leaves `ids` empty.
+// kMissing / kStale / kCorrupt and leaves `ids` empty. With id_limit > 0 every id must lie
+// in [0, id_limit) (the vocabulary's size), else the file is corrupt however good its
+// checksum. For kCorrupt, `problem` (when given) receives what was wrong, in a few words.
 CacheStatus read_token_cache(const std::filesystem::path& file, const TokenCacheKey& key,
-                             std::vector<std::int32_t>& ids);
+                             std::vector<std::int32_t>& ids, std::int32_t id_limit = 0,
+                             std::string* problem = nullptr);
 
 // Writes atomically (temporary file, then rename), creating the folder. Throws
 // std::runtime_error when it cannot write.

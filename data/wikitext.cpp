@@ -25,7 +25,7 @@ std::string read_whole_file(const std::filesystem::path& path, const std::string
   if (!in) throw std::runtime_error(missing_message);
   std::ostringstream buffer;
   buffer << in.rdbuf();
-  if (in.bad()) throw std::runtime_error(fmt::format("{}: read error", path.string()));
+  if (in.bad()) throw std::runtime_error(fmt::format("{}: read error", display_path(path)));
   return std::move(buffer).str();
 }
 
@@ -179,7 +179,11 @@ TokenStream tokenize_file_cached(const std::filesystem::path& path, const std::s
   std::filesystem::path cache_file;
   if (!cache_dir.empty()) {
     cache_file = cache_dir / cache_name(key);
-    stream.cache = read_token_cache(cache_file, key, stream.ids);
+    std::string problem;
+    stream.cache = read_token_cache(cache_file, key, stream.ids, tokenizer.vocab().size(), &problem);
+    if (stream.cache == CacheStatus::kCorrupt)
+      stream.notes.push_back(fmt::format("token cache {} was damaged ({}); {} is tokenized again and the cache rewritten",
+                                         display_path(cache_file), problem, display_path(path)));
   }
   if (stream.cache != CacheStatus::kHit) {
     stream.ids = tokenize_wikitext_text(text, release, tokenizer, detokenize_artifacts, threads);
@@ -202,7 +206,7 @@ TokenStream load_wikitext_split(const std::filesystem::path& dir, WikiTextSplit 
                                 const WikiTextOptions& options) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec))
-    throw std::runtime_error(fmt::format("WikiText-2 folder not found: {}. {}", dir.string(), how_to_get("WikiText-2")));
+    throw std::runtime_error(fmt::format("WikiText-2 folder not found: {}. {}", display_path(dir), how_to_get("WikiText-2")));
   const auto file = find_wikitext_file(dir, split, options.release);
   if (!file) {
     const std::string expected = options.release == WikiTextRelease::kTokens ? "tokens"
@@ -210,7 +214,7 @@ TokenStream load_wikitext_split(const std::filesystem::path& dir, WikiTextSplit 
                                                                               : "raw or .tokens";
     throw std::runtime_error(fmt::format("WikiText-2 {} split not found: no wiki.{}.{} in {} (nor in its "
                                          "wikitext-2-raw/ or wikitext-2/ folder). {}",
-                                         to_string(split), to_string(split), expected, dir.string(),
+                                         to_string(split), to_string(split), expected, display_path(dir),
                                          how_to_get("WikiText-2")));
   }
   return tokenize_file_cached(
@@ -225,14 +229,16 @@ TokenStream load_wikitext_split(const std::filesystem::path& dir, WikiTextSplit 
 TokenStream load_text_file(const std::filesystem::path& file, const Tokenizer& tokenizer, const TextFileOptions& options) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(file, ec))
-    throw std::runtime_error(fmt::format("text file not found: {}", file.string()));
+    throw std::runtime_error(std::filesystem::is_directory(file, ec)
+                                 ? fmt::format("text file {} is a folder", display_path(file))
+                                 : fmt::format("text file not found: {}", display_path(file)));
   TokenStream stream = tokenize_file_cached(
-      file, fmt::format("cannot open text file {}", file.string()), WikiTextRelease::kRaw, false, tokenizer,
+      file, fmt::format("cannot open text file {}", display_path(file)), WikiTextRelease::kRaw, false, tokenizer,
       options.cache_dir,
       [](const TokenCacheKey& key) { return fmt::format("text-{:016x}-{:016x}.ids", key.text_hash, key.vocab_hash); },
       options.threads);
   if (stream.ids.empty())
-    throw std::runtime_error(fmt::format("{}: holds no tokens ({} bytes of text)", file.string(), stream.bytes));
+    throw std::runtime_error(fmt::format("{}: holds no tokens ({} bytes of text)", display_path(file), stream.bytes));
   return stream;
 }
 

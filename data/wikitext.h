@@ -63,6 +63,8 @@ struct TokenStream {
   std::size_t unk_count = 0;  // [UNK] ids in the stream
   CacheStatus cache = CacheStatus::kDisabled;
   std::string cache_note;     // why the cache could not be written, if it could not
+  // One line each, for the user: a damaged cache file rebuilt.
+  std::vector<std::string> notes;
 };
 
 // Tokenizes one split (or reads it from the cache). Throws std::runtime_error naming the

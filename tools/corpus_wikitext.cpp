@@ -4,6 +4,8 @@
 #include <cmath>
 #include <memory>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -13,6 +15,17 @@
 
 namespace wedge::tools {
 
+namespace {
+
+// A split's ids, its notes (bytes that are not UTF-8, a damaged cache rebuilt) passed on to
+// the corpus for the user to read.
+std::vector<std::int32_t> take_ids(data::TokenStream stream, Corpus& corpus) {
+  corpus.notes.insert(corpus.notes.end(), stream.notes.begin(), stream.notes.end());
+  return std::move(stream.ids);
+}
+
+}  // namespace
+
 Corpus wikitext2_corpus(const CorpusSpec& spec) {
   if (spec.data_dir.empty())
     throw std::runtime_error("--data wikitext2 needs --data-dir DIR (the folder with wiki.train.raw or wiki.train.tokens)");
@@ -21,9 +34,9 @@ Corpus wikitext2_corpus(const CorpusSpec& spec) {
   Corpus c;
   c.name = "wikitext2";
   c.vocab_size = tok->vocab().size();
-  if (spec.load_train) c.train = data::load_wikitext_split(spec.data_dir, data::WikiTextSplit::kTrain, *tok).ids;
-  c.valid = data::load_wikitext_split(spec.data_dir, data::WikiTextSplit::kValid, *tok).ids;
-  c.test = data::load_wikitext_split(spec.data_dir, data::WikiTextSplit::kTest, *tok).ids;
+  if (spec.load_train) c.train = take_ids(data::load_wikitext_split(spec.data_dir, data::WikiTextSplit::kTrain, *tok), c);
+  c.valid = take_ids(data::load_wikitext_split(spec.data_dir, data::WikiTextSplit::kValid, *tok), c);
+  c.test = take_ids(data::load_wikitext_split(spec.data_dir, data::WikiTextSplit::kTest, *tok), c);
   c.encode = [tok](const std::string& text) { return tok->encode(text); };
   c.decode = [tok](const std::vector<std::int32_t>& ids) { return tok->decode(ids); };
   return c;
@@ -41,9 +54,9 @@ Corpus text_corpus(const CorpusSpec& spec) {
   c.vocab_size = tok->vocab().size();
   // The training file is read when it is trained on, and whenever the validation split is
   // carved from it.
-  if (spec.load_train || spec.valid_file.empty()) c.train = data::load_text_file(spec.train_file, *tok).ids;
+  if (spec.load_train || spec.valid_file.empty()) c.train = take_ids(data::load_text_file(spec.train_file, *tok), c);
   if (!spec.valid_file.empty()) {
-    c.valid = data::load_text_file(spec.valid_file, *tok).ids;
+    c.valid = take_ids(data::load_text_file(spec.valid_file, *tok), c);
   } else {
     const auto n = static_cast<std::int64_t>(c.train.size());
     const auto carved = static_cast<std::int64_t>(std::ceil(kCarvedValidFraction * double(n)));
@@ -55,7 +68,7 @@ Corpus text_corpus(const CorpusSpec& spec) {
     c.notes.push_back(fmt::format("validation: the last {:.0f} % of {} ({} tokens), as no --valid FILE was given",
                                   100 * kCarvedValidFraction, spec.train_file, carved));
   }
-  if (!spec.test_file.empty()) c.test = data::load_text_file(spec.test_file, *tok).ids;
+  if (!spec.test_file.empty()) c.test = take_ids(data::load_text_file(spec.test_file, *tok), c);
   c.encode = [tok](const std::string& text) { return tok->encode(text); };
   c.decode = [tok](const std::vector<std::int32_t>& ids) { return tok->decode(ids); };
   return c;

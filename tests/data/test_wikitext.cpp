@@ -11,6 +11,9 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "data/hash.h"
 #include "data/wikitext.h"
 #include "scratch.h"
 
@@ -107,6 +110,63 @@ TEST_CASE("empty and invalid UTF-8 files load without error") {
   CHECK(empty.lines == 0);
   // the bad bytes decode to U+FFFD, which cleaning deletes; the space still separates the words
   CHECK(load_wikitext_split(dir.path, WikiTextSplit::kValid, t, no_cache()).ids == Ids{5, 6});
+}
+
+TEST_CASE("a cache whose checksum holds but whose ids the vocabulary lacks is rebuilt, with a note") {
+  ScratchDir dir("cache-ids");
+  const fs::path data = dir.path / "data";
+  write_file(data / "wiki.train.raw", kRaw);
+  WikiTextOptions options;
+  options.cache_dir = dir.path / "cache";
+  const Tokenizer t = toy_tokenizer();  // 19 tokens
+  REQUIRE(load_wikitext_split(data, WikiTextSplit::kTrain, t, options).cache == CacheStatus::kMissing);
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(options.cache_dir)) files.push_back(e.path());
+  REQUIRE(files.size() == 1);
+  const fs::path cache_file = files[0];
+
+  // Id 3 of the payload becomes 40000 (or -7), and the checksum at offset 48 is made to match,
+  // as a file written by a faulty tool (or by hand) would be.
+  for (const std::int32_t bad : {40000, -7, 19}) {
+    CAPTURE(bad);
+    Ids ids = kRawIds;
+    ids[3] = bad;
+    const std::uint64_t checksum = Fnv1a64().add(ids.data(), ids.size() * sizeof(std::int32_t)).value();
+    {
+      std::fstream f(cache_file, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(48);
+      f.write(reinterpret_cast<const char*>(&checksum), sizeof checksum);
+      f.seekp(56 + 3 * 4);
+      f.write(reinterpret_cast<const char*>(&bad), sizeof bad);
+    }
+    std::vector<std::int32_t> raw;
+    std::string problem;
+    // the file itself is intact: only the vocabulary's size tells it is wrong
+    const TokenCacheKey key = [&] {
+      std::ifstream in(cache_file, std::ios::binary);
+      std::uint64_t h[3];
+      in.seekg(16);
+      in.read(reinterpret_cast<char*>(h), sizeof h);
+      return TokenCacheKey{h[0], h[1], h[2]};
+    }();
+    CHECK(read_token_cache(cache_file, key, raw) == CacheStatus::kHit);
+    CHECK(raw == ids);
+    CHECK(read_token_cache(cache_file, key, raw, t.vocab().size(), &problem) == CacheStatus::kCorrupt);
+    CHECK(raw.empty());
+    CHECK(problem == fmt::format("id {} at position 3 is outside the vocabulary's 19 ids", bad));
+
+    const TokenStream s = load_wikitext_split(data, WikiTextSplit::kTrain, t, options);
+    CHECK(s.cache == CacheStatus::kCorrupt);
+    CHECK(s.ids == kRawIds);
+    REQUIRE(s.notes.size() == 1);
+    CHECK(s.notes[0] == fmt::format("token cache {} was damaged (id {} at position 3 is outside the vocabulary's 19 "
+                                    "ids); {} is tokenized again and the cache rewritten",
+                                    cache_file.string(), bad, (data / "wiki.train.raw").string()));
+    const TokenStream again = load_wikitext_split(data, WikiTextSplit::kTrain, t, options);
+    CHECK(again.cache == CacheStatus::kHit);
+    CHECK(again.ids == kRawIds);
+    CHECK(again.notes.empty());
+  }
 }
 
 TEST_CASE("the token cache: second load is a hit; stale and corrupt files are rebuilt") {
@@ -321,7 +381,10 @@ TEST_CASE("a text file of one's own: tokenized as one text, cached by content, b
 
   CHECK_THROWS_WITH_AS(load_text_file(dir.path / "absent.txt", t, options), doctest::Contains("absent.txt"),
                        std::runtime_error);
-  CHECK_THROWS_WITH_AS(load_text_file(dir.path, t, options), doctest::Contains("not found"), std::runtime_error);
+  CHECK_THROWS_WITH_AS(load_text_file(dir.path / "absent.txt", t, options), doctest::Contains("text file not found"),
+                       std::runtime_error);
+  CHECK_THROWS_WITH_AS(load_text_file(dir.path, t, options), doctest::Contains((dir.str() + " is a folder").c_str()),
+                       std::runtime_error);
   write_file(dir.path / "blank.txt", " \n\n \t\n");
   CHECK_THROWS_WITH_AS(load_text_file(dir.path / "blank.txt", t, options), doctest::Contains("holds no tokens"),
                        std::runtime_error);
