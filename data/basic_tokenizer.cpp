@@ -49,7 +49,8 @@ class NormalizingStream {
       }
       const unicode::DecodedChar d = unicode::decode_utf8(p + i, n - i);
       i += d.length;
-      feed_char(d.code_point);
+      if (d.ill_formed) feed_ill_formed();
+      else feed_char(d.code_point);
     }
   }
 
@@ -68,6 +69,12 @@ class NormalizingStream {
     if (options_.lowercase && c >= 'A' && c <= 'Z') c += 'a' - 'A';
     sink_.put(c);
   }
+
+  // Bytes that are not UTF-8 become one U+FFFD that cleaning keeps (unlike a U+FFFD
+  // written in the text, which it deletes as the reference does): an ordinary word
+  // character, so the damaged word stays one word and WordPiece makes it [UNK] instead of
+  // cutting what is left of it into pieces. It is a starter with no decomposition or case.
+  void feed_ill_formed() { decompose(unicode::kReplacementChar); }
 
   // Step 1 and 2 on the original character, then on to decomposition.
   void feed_char(char32_t c) {

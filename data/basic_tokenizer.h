@@ -10,9 +10,12 @@
 //   5. split:   on whitespace (dropped) and around punctuation (kept, one character a word)
 // Steps 3 and 4 follow the `lowercase` and `strip_accents` options (uncased BERT: both on).
 //
-// Bytes that are not UTF-8 are decoded as U+FFFD (see unicode.h), which step 1 deletes: the
-// tokenizer never fails on any input. The reference library cannot see such input at all (it
-// takes only valid strings); Python users who decode with errors="replace" get exactly this.
+// Bytes that are not UTF-8 are decoded as U+FFFD (see unicode.h), one per ill-formed
+// sequence, and that U+FFFD stays in its word, which WordPiece then turns into [UNK] (no
+// vocabulary wedge trains has a piece for U+FFFD). A U+FFFD written in the text (the bytes
+// EF BF BD) is deleted by step 1, as in the reference. So the tokenizer never fails on any
+// input, a damaged word is visibly unknown rather than silently shortened, and valid UTF-8 is
+// tokenized exactly as by the reference (which cannot take anything else).
 #pragma once
 
 #include <cstddef>

@@ -9,7 +9,9 @@
 #include <thread>
 
 #include "data/dataset_errors.h"
+#include "data/unicode.h"
 #include "data/wikitext.h"  // seeded_permutation
+#include "engine/text_escape.h"
 
 namespace wedge::data {
 
@@ -20,7 +22,19 @@ std::int32_t parse_label(std::string_view label, const std::string& name, std::s
     if (label == kNliLabelNames[i]) return static_cast<std::int32_t>(i);
   throw std::runtime_error(fmt::format("{}:{}: unknown gold_label '{}' (expected entailment, neutral, "
                                        "contradiction or -)",
-                                       name, line, label));
+                                       name, line, printable(label, 60)));
+}
+
+// SNLI is published as UTF-8 (and JSON must be UTF-8), so a row that is not is damaged: an
+// error naming the line and where in it, rather than a sentence quietly tokenized without
+// the bad bytes.
+void check_utf8(std::string_view text, const std::string& name, std::size_t line) {
+  const unicode::IllFormedUtf8 bad = unicode::find_ill_formed_utf8(text);
+  if (bad.count == 0) return;
+  throw std::runtime_error(fmt::format("{}:{}: not valid UTF-8 (byte 0x{:02x} at column {}); the SNLI files are UTF-8, "
+                                       "so this one is damaged or is not an SNLI file",
+                                       name, line, static_cast<unsigned char>(text[bad.first_offset]),
+                                       bad.first_offset + 1));
 }
 
 bool blank(std::string_view s) {
@@ -52,11 +66,12 @@ void parse_jsonl(std::istream& in, SnliFile& file) {
   while (std::getline(in, text)) {
     ++line;
     if (blank(text)) continue;
+    check_utf8(text, file.name, line);
     nlohmann::json row;
     try {
       row = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
-      throw std::runtime_error(fmt::format("{}:{}: malformed JSON: {}", file.name, line, e.what()));
+      throw std::runtime_error(fmt::format("{}:{}: malformed JSON: {}", file.name, line, printable(e.what(), 200)));
     }
     if (!row.is_object()) throw std::runtime_error(fmt::format("{}:{}: the row is not a JSON object", file.name, line));
     std::string label = json_string_field(row, "gold_label", file.name, line);
@@ -85,6 +100,7 @@ void parse_tsv(std::istream& in, SnliFile& file) {
     ++line;
     if (!text.empty() && text.back() == '\r') text.pop_back();
     if (blank(text)) continue;
+    check_utf8(text, file.name, line);
     const auto fields = split_tabs(text);
     if (!have_header) {
       auto column = [&](std::string_view wanted) {
@@ -124,9 +140,14 @@ SnliFile parse_snli(std::istream& in, const std::string& name, SnliFormat format
 
 SnliFile read_snli_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw std::runtime_error(fmt::format("SNLI file {} is a folder", display_path(path)));
   if (!in) throw std::runtime_error(missing_file_message(path, "SNLI"));
   const SnliFormat format = path.extension() == ".jsonl" ? SnliFormat::kJsonl : SnliFormat::kTsv;
-  return parse_snli(in, path.string(), format);
+  SnliFile file = parse_snli(in, display_path(path), format);
+  if (in.bad()) throw std::runtime_error(fmt::format("{}: read error", display_path(path)));
+  return file;
 }
 
 std::optional<std::filesystem::path> find_snli_file(const std::filesystem::path& dir, const std::string& split) {
@@ -145,11 +166,11 @@ SnliFile load_snli_split(const std::filesystem::path& dir, const std::string& sp
     throw std::invalid_argument(fmt::format("unknown SNLI split '{}' (train, dev or test)", split));
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec))
-    throw std::runtime_error(fmt::format("SNLI folder not found: {}. {}", dir.string(), how_to_get("SNLI")));
+    throw std::runtime_error(fmt::format("SNLI folder not found: {}. {}", display_path(dir), how_to_get("SNLI")));
   const auto path = find_snli_file(dir, split);
   if (!path)
     throw std::runtime_error(fmt::format("SNLI {} split not found: {} (or snli_1.0_{}.txt) is missing. {}", split,
-                                         (dir / ("snli_1.0_" + split + ".jsonl")).string(), split, how_to_get("SNLI")));
+                                         display_path(dir / ("snli_1.0_" + split + ".jsonl")), split, how_to_get("SNLI")));
   return read_snli_file(*path);
 }
 
@@ -162,7 +183,7 @@ SnliDataset::SnliDataset(const SnliFile& file, const Tokenizer& tokenizer, SnliO
   pad_id_ = vocab.pad_id() >= 0 ? vocab.pad_id() : 0;
   if (cls_id_ < 0 || sep_id_ < 0)
     throw std::runtime_error(fmt::format("the vocabulary {} lacks [CLS] or [SEP], which SNLI sequences need",
-                                         vocab.source_name()));
+                                         printable(vocab.source_name())));
   if (options.max_length < 2) throw std::invalid_argument("SNLI max_length must be at least 2 ([CLS] and [SEP])");
   examples_.resize(file.examples.size());
   unsigned threads = options.threads == 0 ? std::max(1u, std::thread::hardware_concurrency()) : options.threads;

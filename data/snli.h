@@ -3,7 +3,8 @@
 // Reads the original snli_1.0_{train,dev,test}.jsonl (fields gold_label, sentence1,
 // sentence2) or the tab-separated snli_1.0_*.txt (columns found by their header names).
 // Rows whose gold_label is "-" (the annotators did not agree) are dropped and counted.
-// A malformed row or an unknown label is an error naming file:line.
+// A malformed row, an unknown label or a row that is not valid UTF-8 (the published files
+// are UTF-8, so such a file is damaged) is an error naming file:line.
 //
 // Each sentence is encoded as [CLS] sentence [SEP], cut to at most max_length tokens
 // (default 48, as in the Grassmann paper's SNLI set-up). Batches come in two forms at once:

@@ -119,15 +119,15 @@ DecodedChar decode_utf8(const unsigned char* s, std::size_t n) {
     if (b0 == 0xF0) lo = 0x90;
     if (b0 == 0xF4) hi = 0x8F;
   } else {
-    return {kReplacementChar, 1};  // stray continuation byte, C0/C1, or F5..FF
+    return {kReplacementChar, 1, true};  // stray continuation byte, C0/C1, or F5..FF
   }
   std::size_t i = 1;
   for (int k = 0; k < need; ++k, ++i) {
-    if (i >= n) return {kReplacementChar, i};  // truncated at end of input
+    if (i >= n) return {kReplacementChar, i, true};  // truncated at end of input
     const unsigned char b = s[i];
     const unsigned char min = (k == 0) ? lo : 0x80;
     const unsigned char max = (k == 0) ? hi : 0xBF;
-    if (b < min || b > max) return {kReplacementChar, i};  // maximal subpart ends here
+    if (b < min || b > max) return {kReplacementChar, i, true};  // maximal subpart ends here
     cp = (cp << 6) | (b & 0x3F);
   }
   return {cp, i};
@@ -169,12 +169,27 @@ bool is_valid_utf8(std::string_view text) {
   std::size_t i = 0;
   while (i < text.size()) {
     const DecodedChar d = decode_utf8(p + i, text.size() - i);
-    // A genuine U+FFFD in the input is three bytes long; a replacement for bad bytes is not
-    // (EF BF BD is the only 3-byte decoding to U+FFFD).
-    if (d.code_point == kReplacementChar && !(d.length == 3 && p[i] == 0xEF)) return false;
+    if (d.ill_formed) return false;
     i += d.length;
   }
   return true;
+}
+
+IllFormedUtf8 find_ill_formed_utf8(std::string_view text) {
+  IllFormedUtf8 found;
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const std::size_t n = text.size();
+  std::size_t i = 0;
+  while (i < n) {
+    if (p[i] < 0x80) {  // ASCII, almost all of a typical corpus
+      ++i;
+      continue;
+    }
+    const DecodedChar d = decode_utf8(p + i, n - i);
+    if (d.ill_formed && found.count++ == 0) found.first_offset = i;
+    i += d.length;
+  }
+  return found;
 }
 
 bool is_whitespace(char32_t c) {

@@ -15,11 +15,14 @@
 namespace wedge::data::unicode {
 
 inline constexpr char32_t kReplacementChar = 0xFFFD;
+inline constexpr std::string_view kReplacementUtf8 = "\xEF\xBF\xBD";  // U+FFFD in UTF-8
 
-// One decoded code point and the number of bytes it consumed (always >= 1).
+// One decoded code point and the number of bytes it consumed (always >= 1). `ill_formed`
+// tells a U+FFFD that stands for bad bytes from a U+FFFD written in the text (EF BF BD).
 struct DecodedChar {
   char32_t code_point;
   std::size_t length;
+  bool ill_formed = false;
 };
 
 // Decodes the code point starting at `bytes` (size >= 1). Ill-formed input follows the
@@ -34,6 +37,14 @@ void append_utf8(std::string& out, char32_t code_point);
 // The text with every ill-formed UTF-8 sequence replaced by U+FFFD.
 std::string to_valid_utf8(std::string_view text);
 bool is_valid_utf8(std::string_view text);
+
+// The ill-formed sequences of a text, each one what decode_utf8 turns into one U+FFFD: how
+// many, and the byte offset of the first (meaningful only when count > 0).
+struct IllFormedUtf8 {
+  std::size_t count = 0;
+  std::size_t first_offset = 0;
+};
+IllFormedUtf8 find_ill_formed_utf8(std::string_view text);
 
 // Rust's char::is_whitespace, i.e. the Unicode White_Space property: the Zs, Zl and Zp
 // categories plus U+0009..U+000D and U+0085. (Python BERT used only Zs plus \t \n \r.)

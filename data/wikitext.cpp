@@ -11,6 +11,7 @@
 
 #include "data/dataset_errors.h"
 #include "data/hash.h"
+#include "data/unicode.h"
 
 namespace wedge::data {
 
@@ -88,6 +89,13 @@ std::uint64_t splitmix64(std::uint64_t& state) {
 }
 
 }  // namespace
+
+std::string ill_formed_utf8_note(const std::string& source, std::size_t count, std::size_t first_line) {
+  return fmt::format("{}: {} byte sequence{} that {} not UTF-8 (the first on line {}) read as U+FFFD, which makes "
+                     "{} word [UNK] (is the file in another encoding, such as Latin-1?)",
+                     source, count, count == 1 ? "" : "s", count == 1 ? "is" : "are", first_line,
+                     count == 1 ? "its" : "each one's");
+}
 
 const char* to_string(WikiTextSplit split) {
   switch (split) {
@@ -173,6 +181,12 @@ TokenStream tokenize_file_cached(const std::filesystem::path& path, const std::s
   const std::string text = read_whole_file(path, missing_message);
   stream.bytes = text.size();
   stream.lines = count_lines(text);
+  if (const unicode::IllFormedUtf8 bad = unicode::find_ill_formed_utf8(text); bad.count > 0) {
+    stream.ill_formed_utf8 = bad.count;
+    stream.first_ill_formed_line =
+        1 + static_cast<std::size_t>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad.first_offset), '\n'));
+    stream.notes.push_back(ill_formed_utf8_note(display_path(path), bad.count, stream.first_ill_formed_line));
+  }
 
   const TokenCacheKey key{Fnv1a64().add(text.data(), text.size()).value(), tokenizer.vocab().content_hash(),
                           options_hash(tokenizer, release, detokenize_artifacts)};

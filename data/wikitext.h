@@ -61,11 +61,19 @@ struct TokenStream {
   std::size_t lines = 0;
   std::size_t bytes = 0;
   std::size_t unk_count = 0;  // [UNK] ids in the stream
+  // Byte sequences of the file that are not UTF-8 (each read as U+FFFD, which makes its
+  // word [UNK]; see basic_tokenizer.h) and the line of the first.
+  std::size_t ill_formed_utf8 = 0;
+  std::size_t first_ill_formed_line = 0;
   CacheStatus cache = CacheStatus::kDisabled;
   std::string cache_note;     // why the cache could not be written, if it could not
-  // One line each, for the user: a damaged cache file rebuilt.
+  // One line each, for the user: bytes that are not UTF-8, a damaged cache file rebuilt.
   std::vector<std::string> notes;
 };
+
+// The note for `count` ill-formed UTF-8 sequences in `source` (a file as messages show it),
+// the first on `first_line`; the same words wherever wedge reads text.
+std::string ill_formed_utf8_note(const std::string& source, std::size_t count, std::size_t first_line);
 
 // Tokenizes one split (or reads it from the cache). Throws std::runtime_error naming the
 // path, and how to get the data, when the split's file is absent.

@@ -10,6 +10,8 @@
 
 #include "data/dataset_errors.h"
 #include "data/tokenizer.h"
+#include "data/unicode.h"
+#include "engine/text_escape.h"
 
 namespace wedge::data {
 
@@ -225,6 +227,12 @@ void WordPieceTrainer::add_text(std::string_view text) {
   basic_.split(text, words);
   for (std::size_t i = 0; i < words.size(); ++i) {
     const std::string_view w = words[i];
+    // A word holding bytes that were not UTF-8 is [UNK] at encoding time; learning pieces
+    // from it would only give U+FFFD a place in the vocabulary.
+    if (w.find(unicode::kReplacementUtf8) != std::string_view::npos) {
+      ++skipped_words_;
+      continue;
+    }
     auto it = word_counts_.find(std::string(w));
     if (it == word_counts_.end()) word_counts_.emplace(std::string(w), 1);
     else ++it->second;
@@ -232,11 +240,21 @@ void WordPieceTrainer::add_text(std::string_view text) {
   total_words_ += words.size();
 }
 
-void WordPieceTrainer::add_file(const std::filesystem::path& path) {
+TrainingTextReport WordPieceTrainer::add_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(fmt::format("cannot read training text {}", path.string()));
+  if (!in) throw std::runtime_error(fmt::format("cannot read training text {}", printable(path.string())));
+  TrainingTextReport report;
   std::string line;
-  while (std::getline(in, line)) add_text(line);
+  while (std::getline(in, line)) {
+    ++report.lines;
+    if (const unicode::IllFormedUtf8 bad = unicode::find_ill_formed_utf8(line); bad.count > 0) {
+      if (report.ill_formed_utf8 == 0) report.first_ill_formed_line = report.lines;
+      report.ill_formed_utf8 += bad.count;
+    }
+    add_text(line);
+  }
+  if (in.bad()) throw std::runtime_error(fmt::format("read error in training text {}", printable(path.string())));
+  return report;
 }
 
 Vocab WordPieceTrainer::train(const std::function<void(const WordPieceTrainerProgress&)>& progress,

@@ -48,17 +48,27 @@ struct WordPieceTrainerProgress {
   std::size_t target = 0;      // requested size
 };
 
+// What add_file saw: its lines, and the ill-formed UTF-8 sequences in them (each read as
+// U+FFFD, see basic_tokenizer.h) with the line of the first.
+struct TrainingTextReport {
+  std::size_t lines = 0;
+  std::size_t ill_formed_utf8 = 0;
+  std::size_t first_ill_formed_line = 0;
+};
+
 class WordPieceTrainer {
  public:
   explicit WordPieceTrainer(WordPieceTrainerOptions options = {});
 
-  // Counts the words of a text; call as often as needed before train().
+  // Counts the words of a text; call as often as needed before train(). Words that hold
+  // bytes which are not UTF-8 (a U+FFFD after normalisation) are left out and counted.
   void add_text(std::string_view text);
   // Streams a file through add_text (line by line). Throws if it cannot be read.
-  void add_file(const std::filesystem::path& path);
+  TrainingTextReport add_file(const std::filesystem::path& path);
 
   std::size_t distinct_words() const { return word_counts_.size(); }
   std::uint64_t total_words() const { return total_words_; }
+  std::uint64_t skipped_words() const { return skipped_words_; }
 
   // Learns the vocabulary: special tokens, then the alphabet (sorted by spelling), then the
   // merged pieces in the order they were learned. If the corpus has more distinct characters
@@ -73,6 +83,7 @@ class WordPieceTrainer {
   BasicTokenizer basic_;
   std::unordered_map<std::string, std::uint64_t> word_counts_;
   std::uint64_t total_words_ = 0;
+  std::uint64_t skipped_words_ = 0;
 };
 
 }  // namespace wedge::data

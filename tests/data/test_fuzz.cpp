@@ -3,6 +3,7 @@
 // with rows or a std::runtime_error naming the line.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <random>
 #include <sstream>
 #include <string>
@@ -56,11 +57,19 @@ void check_tokenizer_invariants(const BasicTokenizer& basic, const Tokenizer& to
     }
     if (has_punctuation) REQUIRE(chars == 1);
   }
-  // the replacement policy: bad bytes act exactly like U+FFFD
-  REQUIRE(basic.split(unicode::to_valid_utf8(text)) == words);
+  // the replacement policy: each ill-formed sequence leaves exactly one U+FFFD in the words
+  // (a U+FFFD written in the text is deleted), and a word holding one is [UNK]
+  std::size_t replacements = 0;
+  for (const std::string& w : words)
+    for (std::size_t at = w.find(unicode::kReplacementUtf8); at != std::string::npos;
+         at = w.find(unicode::kReplacementUtf8, at + 1))
+      ++replacements;
+  const std::size_t ill_formed = unicode::find_ill_formed_utf8(text).count;
+  REQUIRE(replacements == ill_formed);
 
   const std::vector<std::int32_t> ids = tokenizer.encode(text);
   for (const std::int32_t id : ids) REQUIRE((id >= 0 && id < tokenizer.vocab().size()));
+  if (ill_formed > 0) REQUIRE(std::count(ids.begin(), ids.end(), tokenizer.vocab().unk_id()) > 0);
   (void)tokenizer.decode(ids);
   const Encoding pair = tokenizer.encode_pair(text, text, 16);
   REQUIRE(pair.ids.size() <= 16);

@@ -98,9 +98,30 @@ TEST_CASE("bad rows are errors naming file:line") {
                        doctest::Contains("not a string"), std::runtime_error);
   CHECK_THROWS_WITH_AS(parse("[1, 2]", SnliFormat::kJsonl, "x.jsonl"), doctest::Contains("x.jsonl:1"),
                        std::runtime_error);
-  CHECK_THROWS_WITH_AS(parse("{\"gold_label\": \"neutral\", \"sentence1\": \"caf\xe9\", \"sentence2\": \"b\"}",
+  // Not UTF-8: the published files are, so the row is damaged; the message says where.
+  CHECK_THROWS_WITH_AS(parse(good + "\n{\"gold_label\": \"neutral\", \"sentence1\": \"caf\xe9\", \"sentence2\": \"b\"}",
                              SnliFormat::kJsonl, "x.jsonl"),
-                       doctest::Contains("x.jsonl:1"), std::runtime_error);  // not UTF-8
+                       doctest::Contains("x.jsonl:2: not valid UTF-8 (byte 0xe9 at column 44)"), std::runtime_error);
+  CHECK_THROWS_WITH_AS(parse("gold_label\tsentence1\tsentence2\nneutral\ta\tb\nneutral\t\xff\xfe\tb\n", SnliFormat::kTsv,
+                             "u.txt"),
+                       doctest::Contains("u.txt:3: not valid UTF-8 (byte 0xff at column 9)"), std::runtime_error);
+  // a label with a terminal escape is shown escaped
+  try {
+    (void)parse(R"({"gold_label": "\u001b[2Jgone", "sentence1": "a", "sentence2": "b"})", SnliFormat::kJsonl, "e.jsonl");
+    FAIL("an unknown label was accepted");
+  } catch (const std::runtime_error& e) {
+    const std::string message = e.what();
+    CHECK(message.find("e.jsonl:1: unknown gold_label '\\x1b[2Jgone'") != std::string::npos);
+    CHECK(message.find('\x1b') == std::string::npos);
+  }
+  // so is the JSON parser's own quote of a bad line
+  try {
+    (void)parse("{\"gold_label\": \x1b[2J}", SnliFormat::kJsonl, "j.jsonl");
+    FAIL("malformed JSON was accepted");
+  } catch (const std::runtime_error& e) {
+    CHECK(std::string(e.what()).starts_with("j.jsonl:1: malformed JSON"));
+    CHECK(std::string(e.what()).find('\x1b') == std::string::npos);
+  }
   CHECK_THROWS_WITH_AS(parse("", SnliFormat::kJsonl, "empty.jsonl"), doctest::Contains("empty.jsonl: no SNLI rows"),
                        std::runtime_error);
   CHECK_THROWS_WITH_AS(parse("\n\n", SnliFormat::kTsv, "blank.txt"), doctest::Contains("no SNLI rows"),

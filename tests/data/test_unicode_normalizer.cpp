@@ -59,6 +59,22 @@ TEST_CASE("ill-formed UTF-8 becomes U+FFFD per maximal subpart") {
   CHECK_FALSE(uc::is_valid_utf8("caf\xe9"));
 }
 
+TEST_CASE("ill-formed sequences are told from a U+FFFD in the text, counted, and the first one found") {
+  const auto* genuine = reinterpret_cast<const unsigned char*>("\xef\xbf\xbd");
+  CHECK_FALSE(uc::decode_utf8(genuine, 3).ill_formed);
+  const auto* cut = reinterpret_cast<const unsigned char*>("\xef\xbf");
+  CHECK(uc::decode_utf8(cut, 2).ill_formed);
+  CHECK(uc::decode_utf8(cut, 2).code_point == 0xFFFD);
+
+  CHECK(uc::find_ill_formed_utf8("plain ascii \ufffd caf\u00e9").count == 0);
+  const uc::IllFormedUtf8 latin1 = uc::find_ill_formed_utf8("ok\ncaf\xe9 na\xefve");
+  CHECK(latin1.count == 2);
+  CHECK(latin1.first_offset == 6);
+  // one per maximal subpart, as decode_utf8 replaces them
+  CHECK(uc::find_ill_formed_utf8("\xed\xa0\x80").count == 3);
+  CHECK(uc::find_ill_formed_utf8("\xe2\x82" "x\xf0\x9f\x98").count == 2);
+}
+
 TEST_CASE("character classes follow the reference tokenizer") {
   // whitespace: Unicode White_Space (Rust's char::is_whitespace)
   for (char32_t c : {U' ', U'\t', U'\n', U'\r', char32_t(0x0B), char32_t(0x85), char32_t(0xA0), char32_t(0x2028),
@@ -126,7 +142,8 @@ TEST_CASE("uncased BERT normalisation") {
   CHECK(bert.normalize("\u4e2d\u56fd") == " \u4e2d  \u56fd ");  // each ideograph padded with spaces
   CHECK(bert.normalize("a\tb\nc\u00a0d") == "a b c d");           // whitespace becomes a space
   CHECK(bert.normalize(bytes("a\x00" "b\x07" "c\u200bd\ufeff")) == "abcd");  // deleted
-  CHECK(bert.normalize("x\xff" "y") == "xy");      // a bad byte is U+FFFD, which cleaning deletes
+  CHECK(bert.normalize("x\xff" "y") == "x\ufffdy");  // a bad byte is a U+FFFD that stays in its word
+  CHECK(bert.normalize("x\ufffdy") == "xy");          // a U+FFFD in the text is deleted, as by the reference
   CHECK(bert.normalize("\u0130") == "i");           // İ: decomposed, dot dropped, lower-cased
   CHECK(bert.normalize("\u1e9e\u00df") == "\u00df\u00df");  // ẞ lower-cases to ß, which stays
   CHECK(bert.normalize("\uff21") == "\uff41");      // full-width letters are not folded (no NFKC)

@@ -100,16 +100,36 @@ TEST_CASE("finding the files: raw preferred, sub-folders searched, absent splits
   CHECK_THROWS_AS(parse_wikitext_split("dev2"), std::invalid_argument);
 }
 
-TEST_CASE("empty and invalid UTF-8 files load without error") {
+TEST_CASE("empty files load; bytes that are not UTF-8 make their word [UNK] and are counted") {
   ScratchDir dir("odd");
   write_file(dir.path / "wiki.train.raw", "");
-  write_file(dir.path / "wiki.valid.raw", "the \xff\xfe" "cat\n");
+  write_file(dir.path / "wiki.valid.raw", "the cat\n\nthe \xff\xfe" "cat sat\non the m\xe2\x82t\n");
   const Tokenizer t = toy_tokenizer();
   const TokenStream empty = load_wikitext_split(dir.path, WikiTextSplit::kTrain, t, no_cache());
   CHECK(empty.ids.empty());
   CHECK(empty.lines == 0);
-  // the bad bytes decode to U+FFFD, which cleaning deletes; the space still separates the words
-  CHECK(load_wikitext_split(dir.path, WikiTextSplit::kValid, t, no_cache()).ids == Ids{5, 6});
+  CHECK(empty.ill_formed_utf8 == 0);
+  CHECK(empty.notes.empty());
+  // \xff and \xfe are two ill-formed sequences, \xe2\x82 (a cut-short euro sign) one; each
+  // damaged word is one [UNK], not what is left of it ("cat", "mt")
+  const TokenStream s = load_wikitext_split(dir.path, WikiTextSplit::kValid, t, no_cache());
+  CHECK(s.ids == Ids{5, 6, 5, 1, 7, 8, 5, 1});
+  CHECK(s.unk_count == 2);
+  CHECK(s.ill_formed_utf8 == 3);
+  CHECK(s.first_ill_formed_line == 3);
+  REQUIRE(s.notes.size() == 1);
+  CHECK(s.notes[0].find("wiki.valid.raw: 3 byte sequences that are not UTF-8 (the first on line 3) read as U+FFFD") !=
+        std::string::npos);
+
+  // the user's own text files say the same
+  write_file(dir.path / "mine.txt", "the cat\nsat on the m\xe9t\n");
+  TextFileOptions text_options;
+  text_options.cache_dir.clear();
+  const TokenStream mine = load_text_file(dir.path / "mine.txt", t, text_options);
+  CHECK(mine.ids == Ids{5, 6, 7, 8, 5, 1});
+  CHECK(mine.ill_formed_utf8 == 1);
+  REQUIRE(mine.notes.size() == 1);
+  CHECK(mine.notes[0].find("mine.txt: 1 byte sequence that is not UTF-8 (the first on line 2)") != std::string::npos);
 }
 
 TEST_CASE("a cache whose checksum holds but whose ids the vocabulary lacks is rebuilt, with a note") {

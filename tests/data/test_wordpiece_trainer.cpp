@@ -201,3 +201,26 @@ TEST_CASE("training reads files and reports progress") {
   CHECK_THROWS_AS(trainer.add_file(dir / "missing.txt"), std::runtime_error);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("words with bytes that are not UTF-8 are counted and left out of training") {
+  const auto dir = std::filesystem::temp_directory_path() / ("wedge-test-trainer-" + std::to_string(std::random_device{}()));
+  std::filesystem::create_directories(dir);
+  {
+    // Latin-1 "café" and "naïve" in an otherwise UTF-8 file, on lines 2 and 3
+    std::ofstream(dir / "mixed.txt", std::ios::binary) << "hello world\ncaf\xe9 hello\nna\xefve caf\xe9\n";
+  }
+  WordPieceTrainerOptions options;
+  options.vocab_size = 40;
+  WordPieceTrainer trainer(options);
+  const TrainingTextReport report = trainer.add_file(dir / "mixed.txt");
+  CHECK(report.lines == 3);
+  CHECK(report.ill_formed_utf8 == 3);
+  CHECK(report.first_ill_formed_line == 2);
+  CHECK(trainer.total_words() == 6);
+  CHECK(trainer.skipped_words() == 3);    // caf?, na?ve, caf?
+  CHECK(trainer.distinct_words() == 2);   // hello, world
+  const Vocab v = trainer.train();
+  for (const std::string& t : v.tokens()) CHECK(t.find("\xef\xbf\xbd") == std::string::npos);
+  CHECK_FALSE(v.contains("c"));  // "caf" was never learned from
+  std::filesystem::remove_all(dir);
+}
