@@ -4,8 +4,10 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
+#include <iterator>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -130,4 +132,181 @@ TEST_CASE("wedge data stats reports the splits it finds and names the missing on
   CHECK(snli.output.find("train  missing") != std::string::npos);
   CHECK(snli.output.find("rows 2  labelled 1  dropped '-' 1  entailment 0  neutral 1  contradiction 0") !=
         std::string::npos);
+}
+
+namespace {
+
+// Status 1 and one `error:` line holding `expected`: the whole output for a command that
+// fails before printing anything (`whole`), else the last line after what it printed.
+void check_one_error_line(const Result& r, const std::string& expected, bool whole = true) {
+  CAPTURE(r.output);
+  CHECK(r.status == 1);
+  CHECK(r.output.ends_with("\n"));
+  const std::size_t last_line = r.output.rfind('\n', r.output.size() - 2) + 1;  // 0 when only one line
+  CHECK(r.output.compare(last_line, 7, "error: ") == 0);
+  CHECK(r.output.find(expected, last_line) != std::string::npos);
+  std::size_t error_lines = r.output.starts_with("error: ") ? 1 : 0;
+  for (std::size_t at = r.output.find("\nerror: "); at != std::string::npos; at = r.output.find("\nerror: ", at + 1))
+    ++error_lines;
+  CHECK(error_lines == 1);
+  if (whole) CHECK(last_line == 0);
+}
+
+// stdout only; stderr goes to `err`.
+std::string run_stdout(const std::string& arguments, const fs::path& err) {
+  const std::string command = std::string(WEDGE_CLI) + " " + arguments + " 2> " + err.string();
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string output;
+  std::array<char, 4096> buffer{};
+  std::size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  return output;
+}
+
+std::vector<std::string> names_in(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("numeric flags of tokenize, vocab train and data stats say which flag and what is allowed") {
+  ScratchDir dir;
+  const std::string vocab = dir.file("vocab.txt", kVocab);
+  const std::string corpus = dir.file("corpus.txt", "low lower lowest\n");
+  const std::string out = (dir.path / "v.txt").string();
+  const std::string train = "vocab train --out " + out + " " + corpus;
+  check_one_error_line(run(train + " --size -5"),
+                       "--size: '-5' is not allowed: give a whole number from 6 to 2147483647");
+  for (const char* bad : {"5", "0", "3.5", "1e3", "nan", "12abc", "+7", "99999999999", "18446744073709551611", "''"}) {
+    CAPTURE(bad);
+    check_one_error_line(run(train + " --size " + bad), "--size: '");
+  }
+  check_one_error_line(run(train + " --size 30 --min-pair-frequency 0"),
+                       "--min-pair-frequency: '0' is not allowed: give a whole number, at least 1");
+  check_one_error_line(run(train + " --size 30 --min-frequency -1"), "--min-frequency: '-1' is not allowed");
+  CHECK_FALSE(fs::exists(out));
+
+  check_one_error_line(run("tokenize --vocab " + vocab + " --max-length -1 x"),
+                       "--max-length: '-1' is not allowed: give a whole number from 0 to 2147483647");
+  check_one_error_line(run("tokenize --vocab " + vocab + " --special --max-length 1 x"),
+                       "--max-length 1 leaves no room for [CLS] and [SEP] with --special");
+  const Result cut = run("tokenize --vocab " + vocab + " --special --max-length 2 --json the cat");
+  CHECK(cut.status == 0);
+  CHECK(nlohmann::json::parse(cut.output)["ids"] == std::vector<int>{2, 3});
+
+  const std::string snli = (dir.path / "snli").string();
+  fs::create_directories(snli);
+  check_one_error_line(run("data stats --data snli --data-dir " + snli + " --vocab " + vocab + " --max-length 1"),
+                       "--max-length: '1' is not allowed: give a whole number from 2 to 2147483647");
+  check_one_error_line(run("data stats --data snli --data-dir " + snli + " --vocab " + vocab + " --max-length nan"),
+                       "--max-length: 'nan' is not allowed");
+  check_one_error_line(run("data stats --data wikitext2 --data-dir " + snli + " --vocab " + vocab + " --release new"),
+                       "--release");
+  check_one_error_line(run("data stats --data imagenet --data-dir " + snli), "--data");
+}
+
+TEST_CASE("bad inputs to the data commands: one error line each, exit status 1") {
+  ScratchDir dir;
+  const std::string vocab = dir.file("vocab.txt", kVocab);
+  const std::string empty_vocab = dir.file("empty_vocab.txt", "");
+  // 18 bytes: controls, an escape sequence and four bytes that are not UTF-8 on two lines
+  const std::string junk = dir.file("junk.bin", std::string("\x7f" "ELF\x02\x01\x01\x00\x00\xff\xfe\x1b[2J\n\x80\x81", 18));
+  fs::create_directories(dir.path / "folder");
+  const std::string folder = (dir.path / "folder").string();
+  const std::string missing = (dir.path / "missing.txt").string();
+
+  // tokenize: the vocabulary
+  check_one_error_line(run("tokenize --vocab " + empty_vocab + " x"), "empty_vocab.txt: the vocabulary file is empty");
+  check_one_error_line(run("tokenize --vocab " + folder + " x"), "is a folder");
+  check_one_error_line(run("tokenize --vocab " + missing + " x"), "vocabulary file not found: " + missing);
+  const Result junk_vocab = run("tokenize --vocab " + junk + " x");
+  check_one_error_line(junk_vocab, "junk.bin:1: the vocabulary line is not valid UTF-8 (\\x7fELF\\x02\\x01\\x01\\x00\\x00\\xff\\xfe\\x1b[2J)");
+  CHECK(junk_vocab.output.find('\x1b') == std::string::npos);
+  const std::string dup = dir.file("dup.txt", "[PAD]\n[UNK]\nhello\nworld\nhello\n");
+  check_one_error_line(run("tokenize --vocab " + dup + " x"), "dup.txt:5: the token \"hello\" is also on line 3");
+  const std::string blank = dir.file("blank.txt", "[PAD]\n[UNK]\n\nhello\n");
+  check_one_error_line(run("tokenize --vocab " + blank + " x"), "blank.txt:3: empty line");
+  check_one_error_line(run("tokenize --vocab " + vocab + " < " + folder), "the standard input is a folder");
+  const Result no_input = run("tokenize --vocab " + vocab + " < " + dir.file("nothing.txt", ""));
+  CHECK(no_input.status == 0);
+  CHECK(no_input.output.empty());
+
+  // vocab train: the texts and --out
+  const std::string out = (dir.path / "out.txt").string();
+  check_one_error_line(run("vocab train --size 30 --out " + out + " " + missing), "training text not found: " + missing);
+  check_one_error_line(run("vocab train --size 30 --out " + out + " " + folder), "training text " + folder + " is a folder");
+  const std::string empty_text = dir.file("empty.txt", "");
+  check_one_error_line(run("vocab train --size 30 --out " + out + " " + empty_text), "holds no words",
+                       /*whole=*/false);
+  check_one_error_line(run("vocab train --size 30 --out " + folder + " " + vocab), "--out " + folder + " is a folder");
+  check_one_error_line(run("vocab train --size 30 --out '' " + vocab), "--out is empty");
+  check_one_error_line(run("vocab train --size 30 --out " + (dir.path / "absent" / "v.txt").string() + " " + vocab),
+                       "does not exist");
+  // binary junk is text with bytes that are not UTF-8: the words holding them are left out,
+  // what is left is learnt from, and nothing is left behind but the vocabulary
+  const Result junk_train = run("vocab train --size 30 --out " + out + " " + junk);
+  CAPTURE(junk_train.output);
+  CHECK(junk_train.status == 0);
+  CHECK(junk_train.output.find("note: " + junk + ": 4 byte sequences that are not UTF-8 (the first on line 1)") !=
+        std::string::npos);
+  CHECK(junk_train.output.find("note: 2 words holding bytes that are not UTF-8 were left out of training") !=
+        std::string::npos);
+  CHECK(junk_train.output.find('\x1b') == std::string::npos);
+  {
+    std::ifstream in(out, std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(text.starts_with("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n"));
+    CHECK(text.find("\xef\xbf\xbd") == std::string::npos);
+  }
+  CHECK(names_in(dir.path) == std::vector<std::string>{"blank.txt", "dup.txt", "empty.txt", "empty_vocab.txt", "folder",
+                                                       "junk.bin", "nothing.txt", "out.txt", "vocab.txt"});
+
+  // data stats: the folder
+  check_one_error_line(run("data stats --data snli --vocab " + vocab + " --data-dir " + vocab),
+                       "--data-dir " + vocab + " is a file");
+  check_one_error_line(run("data stats --data wikitext2 --vocab " + vocab + " --data-dir " + folder),
+                       "no WikiText-2 split found in " + folder, /*whole=*/false);
+  check_one_error_line(run("data stats --data wikitext2 --vocab " + empty_vocab + " --data-dir " + folder),
+                       "the vocabulary file is empty");
+  // an empty split is a sensible result, junk a counted one; an empty or junk SNLI file is an error
+  dir.file("wt/wiki.train.raw", "");
+  fs::copy_file(junk, dir.path / "wt" / "wiki.valid.raw");
+  const Result wt = run("data stats --data wikitext2 --no-cache --vocab " + vocab + " --data-dir " + (dir.path / "wt").string());
+  CAPTURE(wt.output);
+  CHECK(wt.status == 0);
+  CHECK(wt.output.find("lines 0  bytes 0  tokens 0  [UNK] 0 (0.000%)  not UTF-8 0") != std::string::npos);
+  CHECK(wt.output.find("lines 2  bytes 18  tokens 4  [UNK] 4 (100.000%)  not UTF-8 4") != std::string::npos);
+  CHECK(wt.output.find("note: " + (dir.path / "wt" / "wiki.valid.raw").string() +
+                       ": 4 byte sequences that are not UTF-8 (the first on line 1)") != std::string::npos);
+  CHECK(wt.output.find('\x1b') == std::string::npos);
+  dir.file("snli_empty/snli_1.0_dev.jsonl", "");
+  check_one_error_line(run("data stats --data snli --vocab " + vocab + " --data-dir " + (dir.path / "snli_empty").string()),
+                       "snli_1.0_dev.jsonl: no SNLI rows in the file", /*whole=*/false);
+  fs::create_directories(dir.path / "snli_junk");
+  fs::copy_file(junk, dir.path / "snli_junk" / "snli_1.0_test.jsonl");
+  check_one_error_line(run("data stats --data snli --vocab " + vocab + " --data-dir " + (dir.path / "snli_junk").string()),
+                       "snli_1.0_test.jsonl:1: not valid UTF-8 (byte 0xff at column 10)", /*whole=*/false);
+}
+
+TEST_CASE("tokenize: bytes that are not UTF-8 are [UNK] and counted on stderr") {
+  ScratchDir dir;
+  const std::string vocab = dir.file("vocab.txt", kVocab);
+  const std::string input = dir.file("in.txt", "the cat\nthe c\xe9t\n\xff hello\n");
+  const fs::path err = dir.path / "err.txt";
+  std::istringstream lines(run_stdout("tokenize --vocab " + vocab + " --json < " + input, err));
+  std::vector<nlohmann::json> objects;
+  for (std::string line; std::getline(lines, line);) objects.push_back(nlohmann::json::parse(line));
+  REQUIRE(objects.size() == 3);
+  CHECK(objects[1]["ids"] == std::vector<int>{10, 1});
+  CHECK(objects[2]["ids"] == std::vector<int>{1, 5});
+  std::ifstream err_in(err);
+  const std::string note((std::istreambuf_iterator<char>(err_in)), std::istreambuf_iterator<char>());
+  CHECK(note == "note: standard input: 2 byte sequences that are not UTF-8 (the first on line 2) read as U+FFFD, which "
+                "makes each one's word [UNK] (is the file in another encoding, such as Latin-1?)\n");
 }
