@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/atomic_file.h"
+#include "engine/text_escape.h"
 
 namespace wedge {
 
@@ -33,8 +34,10 @@ bool parse_st_dtype(const std::string& s, DType& out) {
   return true;
 }
 
+// `what` may quote the file (tensor names, the JSON parser's view of the header): shown
+// through printable() so a crafted file cannot put terminal escapes into the message.
 [[noreturn]] void bad(const std::string& path, const std::string& what) {
-  throw std::runtime_error("safetensors '" + path + "': " + what);
+  throw std::runtime_error("safetensors '" + printable(path) + "': " + printable(what, 1000));
 }
 
 }  // namespace
@@ -150,9 +153,10 @@ SafeTensors load_safetensors(const std::string& path) {
 }
 
 void assign_checked(Tensor& dst, const Tensor& src, const std::string& name, const std::string& file) {
-  if (!src.defined()) throw std::runtime_error("checkpoint '" + file + "': missing tensor '" + name + "'");
+  if (!src.defined())
+    throw std::runtime_error("checkpoint '" + printable(file) + "': missing tensor '" + printable(name) + "'");
   if (src.dtype() != dst.dtype() || src.shape() != dst.shape())
-    throw std::runtime_error("checkpoint '" + file + "': tensor '" + name + "' is " + src.str() +
+    throw std::runtime_error("checkpoint '" + printable(file) + "': tensor '" + printable(name) + "' is " + src.str() +
                              " but the model expects " + dst.str());
   dst.copy_(src);
 }

@@ -91,6 +91,17 @@ TEST_CASE("truncated, corrupted and mismatched files give clear errors") {
     write_all(p, with_header(R"({"w":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]}})", std::string(4, '\0')));
     CHECK_THROWS_WITH_AS(load_safetensors(p), doctest::Contains("unsupported dtype"), std::runtime_error);
   }
+  SUBCASE("a tensor name with a terminal escape is shown escaped") {
+    write_all(p, with_header(R"({"w\u001b[2J":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]}})", std::string(4, '\0')));
+    try {
+      load_safetensors(p);
+      FAIL("an unsupported dtype was accepted");
+    } catch (const std::runtime_error& e) {
+      const std::string message = e.what();
+      CHECK(message.find("tensor 'w\\x1b[2J' has unsupported dtype") != std::string::npos);
+      CHECK(message.find('\x1b') == std::string::npos);
+    }
+  }
   SUBCASE("shape does not match the byte range") {
     write_all(p, with_header(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", std::string(8, '\0')));
     CHECK_THROWS_WITH_AS(load_safetensors(p), doctest::Contains("needs 12"), std::runtime_error);
