@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "engine/json_field.h"
+
 #include "models/grassmann.h"
 #include "models/param_count.h"
 #include "models/sheaf.h"
@@ -138,28 +140,28 @@ void to_json(nlohmann::json& j, const LMConfig& c) {
 // a key of the wrong type is an error (nlohmann throws with the key's value).
 void from_json(const nlohmann::json& j, LMConfig& c) {
   const LMConfig d;
-  c.model = j.value("model", d.model);
-  c.vocab_size = j.value("vocab_size", d.vocab_size);
-  c.layers = j.value("layers", d.layers);
-  c.d_model = j.value("d_model", d.d_model);
-  c.d_ff = j.value("d_ff", d.d_ff);
-  c.heads = j.value("heads", d.heads);
-  c.block = j.value("block", d.block);
-  c.dropout = j.value("dropout", d.dropout);
-  c.rank = j.value("rank", d.rank);
-  c.windows = j.value("windows", d.windows);
-  c.window_schedule = j.value("window_schedule", d.window_schedule);
-  c.mix_out_proj = j.value("mix_out_proj", d.mix_out_proj);
-  c.patch = j.value("patch", d.patch);
-  c.cover_depth = j.value("cover_depth", d.cover_depth);
-  c.types = j.value("types", d.types);
-  c.state_size = j.value("state_size", d.state_size);
-  c.section_dim = j.value("section_dim", d.section_dim);
-  c.expert_d_ff = j.value("expert_d_ff", d.expert_d_ff);
-  c.energy_weight = j.value("energy_weight", d.energy_weight);
-  c.balance_weight = j.value("balance_weight", d.balance_weight);
-  c.leaky = j.value("leaky", d.leaky);
-  c.seed = j.value("seed", d.seed);
+  c.model = json_field(j, "model", d.model);
+  c.vocab_size = json_field(j, "vocab_size", d.vocab_size);
+  c.layers = json_field(j, "layers", d.layers);
+  c.d_model = json_field(j, "d_model", d.d_model);
+  c.d_ff = json_field(j, "d_ff", d.d_ff);
+  c.heads = json_field(j, "heads", d.heads);
+  c.block = json_field(j, "block", d.block);
+  c.dropout = json_field(j, "dropout", d.dropout);
+  c.rank = json_field(j, "rank", d.rank);
+  c.windows = json_field(j, "windows", d.windows);
+  c.window_schedule = json_field(j, "window_schedule", d.window_schedule);
+  c.mix_out_proj = json_field(j, "mix_out_proj", d.mix_out_proj);
+  c.patch = json_field(j, "patch", d.patch);
+  c.cover_depth = json_field(j, "cover_depth", d.cover_depth);
+  c.types = json_field(j, "types", d.types);
+  c.state_size = json_field(j, "state_size", d.state_size);
+  c.section_dim = json_field(j, "section_dim", d.section_dim);
+  c.expert_d_ff = json_field(j, "expert_d_ff", d.expert_d_ff);
+  c.energy_weight = json_field(j, "energy_weight", d.energy_weight);
+  c.balance_weight = json_field(j, "balance_weight", d.balance_weight);
+  c.leaky = json_field(j, "leaky", d.leaky);
+  c.seed = json_field(j, "seed", d.seed);
 }
 
 std::unique_ptr<LanguageModel> make_model(const LMConfig& config) {

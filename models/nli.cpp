@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/json_field.h"
 #include "models/param_count.h"
 
 namespace wedge::models {
@@ -96,25 +97,25 @@ void to_json(nlohmann::json& j, const NliConfig& c) {
 
 void from_json(const nlohmann::json& j, NliConfig& c) {
   const NliConfig d;
-  c.head = j.value("head", d.head);
-  c.vocab_size = j.value("vocab_size", d.vocab_size);
-  c.layers = j.value("layers", d.layers);
-  c.d_model = j.value("d_model", d.d_model);
-  c.heads = j.value("heads", d.heads);
-  c.d_ff = j.value("d_ff", d.d_ff);
-  c.dropout = j.value("dropout", d.dropout);
-  c.max_length = j.value("max_length", d.max_length);
-  c.d_proj = j.value("d_proj", d.d_proj);
-  c.mixing_heads = j.value("mixing_heads", d.mixing_heads);
-  c.window = j.value("window", d.window);
-  c.stride = j.value("stride", d.stride);
-  c.patch = j.value("patch", d.patch);
-  c.cover_depth = j.value("cover_depth", d.cover_depth);
-  c.types = j.value("types", d.types);
-  c.state_size = j.value("state_size", d.state_size);
-  c.section_dim = j.value("section_dim", d.section_dim);
-  c.hypothesis_only = j.value("hypothesis_only", d.hypothesis_only);
-  c.seed = j.value("seed", d.seed);
+  c.head = json_field(j, "head", d.head);
+  c.vocab_size = json_field(j, "vocab_size", d.vocab_size);
+  c.layers = json_field(j, "layers", d.layers);
+  c.d_model = json_field(j, "d_model", d.d_model);
+  c.heads = json_field(j, "heads", d.heads);
+  c.d_ff = json_field(j, "d_ff", d.d_ff);
+  c.dropout = json_field(j, "dropout", d.dropout);
+  c.max_length = json_field(j, "max_length", d.max_length);
+  c.d_proj = json_field(j, "d_proj", d.d_proj);
+  c.mixing_heads = json_field(j, "mixing_heads", d.mixing_heads);
+  c.window = json_field(j, "window", d.window);
+  c.stride = json_field(j, "stride", d.stride);
+  c.patch = json_field(j, "patch", d.patch);
+  c.cover_depth = json_field(j, "cover_depth", d.cover_depth);
+  c.types = json_field(j, "types", d.types);
+  c.state_size = json_field(j, "state_size", d.state_size);
+  c.section_dim = json_field(j, "section_dim", d.section_dim);
+  c.hypothesis_only = json_field(j, "hypothesis_only", d.hypothesis_only);
+  c.seed = json_field(j, "seed", d.seed);
 }
 
 // ---- the Grassmann–Plücker head ----------------------------------------------------------

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/autograd.h"
+#include "engine/json_field.h"
 #include "engine/optim.h"
 #include "engine/thread_pool.h"
 #include "models/memory_check.h"
@@ -238,7 +239,7 @@ void register_eval(CLI::App& app) {
     if (!spec->data_dir.empty()) s.data_dir = spec->data_dir;
     s.load_train = *split == "train";
     Corpus corpus = load_corpus(s);
-    const std::int64_t block = run.settings.value("block", run.config.block);
+    const std::int64_t block = json_field(run.settings, "block", run.config.block);
     const auto t0 = std::chrono::steady_clock::now();
     EvalResult ev = evaluate(*run.model, corpus.split(*split), block, *batch);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

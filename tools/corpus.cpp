@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/synthetic.h"
+#include "engine/json_field.h"
 
 namespace wedge::tools {
 
@@ -37,14 +38,14 @@ void CorpusSpec::write_to(nlohmann::json& settings) const {
 
 CorpusSpec CorpusSpec::read_from(const nlohmann::json& settings) {
   CorpusSpec s;
-  s.data = settings.value("data", std::string());
+  s.data = json_field(settings, "data", std::string());
   if (s.data == "synthetic") s.data.clear();
-  s.data_dir = settings.value("data_dir", std::string());
-  s.vocab = settings.value("vocab", std::string());
-  s.train_file = settings.value("train_file", std::string());
-  s.valid_file = settings.value("valid_file", std::string());
-  s.test_file = settings.value("test_file", std::string());
-  s.seed = settings.value("seed", std::uint64_t{0});
+  s.data_dir = json_field(settings, "data_dir", std::string());
+  s.vocab = json_field(settings, "vocab", std::string());
+  s.train_file = json_field(settings, "train_file", std::string());
+  s.valid_file = json_field(settings, "valid_file", std::string());
+  s.test_file = json_field(settings, "test_file", std::string());
+  s.seed = json_field(settings, "seed", std::uint64_t{0});
   return s;
 }
 

@@ -14,6 +14,7 @@
 #include "data/vocab.h"
 #include "data/wikitext.h"
 #include "engine/autograd.h"
+#include "engine/json_field.h"
 #include "engine/optim.h"
 #include "engine/safetensors.h"
 #include "engine/thread_pool.h"
@@ -75,19 +76,19 @@ nlohmann::json NliSettings::to_json() const {
 
 NliSettings NliSettings::from_json(const nlohmann::json& j) {
   NliSettings s;
-  s.data_dir = j.value("data_dir", s.data_dir);
-  s.vocab = j.value("vocab", s.vocab);
-  s.protocol = j.value("protocol", s.protocol);
-  s.train_pairs = j.value("train_pairs", s.train_pairs);
-  s.epochs = j.value("epochs", s.epochs);
-  s.batch = j.value("batch", s.batch);
-  s.lr = j.value("lr", s.lr);
-  s.min_lr_ratio = j.value("min_lr_ratio", s.min_lr_ratio);
-  s.warmup = j.value("warmup", s.warmup);
-  s.weight_decay = j.value("weight_decay", s.weight_decay);
-  s.clip = j.value("clip", s.clip);
-  s.seed = j.value("seed", s.seed);
-  s.device = j.value("device", s.device);
+  s.data_dir = json_field(j, "data_dir", s.data_dir);
+  s.vocab = json_field(j, "vocab", s.vocab);
+  s.protocol = json_field(j, "protocol", s.protocol);
+  s.train_pairs = json_field(j, "train_pairs", s.train_pairs);
+  s.epochs = json_field(j, "epochs", s.epochs);
+  s.batch = json_field(j, "batch", s.batch);
+  s.lr = json_field(j, "lr", s.lr);
+  s.min_lr_ratio = json_field(j, "min_lr_ratio", s.min_lr_ratio);
+  s.warmup = json_field(j, "warmup", s.warmup);
+  s.weight_decay = json_field(j, "weight_decay", s.weight_decay);
+  s.clip = json_field(j, "clip", s.clip);
+  s.seed = json_field(j, "seed", s.seed);
+  s.device = json_field(j, "device", s.device);
   return s;
 }
 

@@ -10,6 +10,7 @@
 #include <fmt/core.h>
 
 #include "engine/autograd.h"
+#include "engine/json_field.h"
 #include "engine/optim.h"
 #include "engine/rng.h"
 #include "engine/safetensors.h"
@@ -125,17 +126,17 @@ void adopt_recorded_settings(TrainSettings& st, const nlohmann::json& t, const T
   st.corpus = recorded;
   if (!given.corpus.data_dir.empty()) st.corpus.data_dir = given.corpus.data_dir;
   if (!given.corpus.vocab.empty()) st.corpus.vocab = given.corpus.vocab;
-  st.epochs = t.value("epochs", st.epochs);
-  st.batch = t.value("batch", st.batch);
-  st.block = t.value("block", st.block);
-  st.lr = t.value("lr", st.lr);
-  st.min_lr_ratio = t.value("min_lr_ratio", st.min_lr_ratio);
-  st.warmup = t.value("warmup", st.warmup);
-  st.weight_decay = t.value("weight_decay", st.weight_decay);
-  st.clip = t.value("clip", st.clip);
-  st.seed = t.value("seed", st.seed);
-  if (given.max_steps < 0) st.max_steps = t.value("max_steps", st.max_steps);
-  st.eval_every = t.value("eval_every", st.eval_every);
+  st.epochs = json_field(t, "epochs", st.epochs);
+  st.batch = json_field(t, "batch", st.batch);
+  st.block = json_field(t, "block", st.block);
+  st.lr = json_field(t, "lr", st.lr);
+  st.min_lr_ratio = json_field(t, "min_lr_ratio", st.min_lr_ratio);
+  st.warmup = json_field(t, "warmup", st.warmup);
+  st.weight_decay = json_field(t, "weight_decay", st.weight_decay);
+  st.clip = json_field(t, "clip", st.clip);
+  st.seed = json_field(t, "seed", st.seed);
+  if (given.max_steps < 0) st.max_steps = json_field(t, "max_steps", st.max_steps);
+  st.eval_every = json_field(t, "eval_every", st.eval_every);
 }
 
 }  // namespace
