@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include "engine/text_escape.h"
 #include "kernels/tables.h"
 #include "tools/commands.h"
 #include "tools/training_support.h"
@@ -49,8 +50,10 @@ int main(int argc, char** argv) {
                        "machine's memory\n");
     return 1;
   } catch (const std::exception& e) {
+    // A message may quote bytes of a damaged file (a JSON parser's "last read: ..."): the
+    // terminal gets them escaped, never raw.
     std::fflush(stdout);
-    fmt::print(stderr, "error: {}\n", e.what());
+    fmt::print(stderr, "error: {}\n", wedge::printable(e.what()));
     return 1;
   }
   // A training stopped by Ctrl-C has checkpointed and said so; the status tells scripts.
