@@ -3,6 +3,7 @@
 // logits, generation is deterministic for a seed, and the CLI reports bad input clearly.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/safetensors.h"
 #include "ops/ops.h"
 #include "tools/plot.h"
 #include "tools/trainer.h"
@@ -236,4 +238,42 @@ TEST_CASE("--data text: one's own files, a validation split carved when none is 
   bad.vocab = vocab;
   bad.train_file = write("tiny.txt", "the cat");
   CHECK_THROWS_WITH_AS(load_corpus(bad), doctest::Contains("too few to carve"), std::runtime_error);
+}
+
+TEST_CASE("a validation split with nothing to predict is an error before training; so is evaluating over it") {
+  const fs::path dir = temp_dir("emptyvalid");
+  fs::create_directories(dir);
+  std::ofstream(dir / "vocab.txt") << "[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\ncat\nsat\n";
+  std::string text;
+  for (int i = 0; i < 60; ++i) text += "the cat sat\n";
+  std::ofstream(dir / "train.txt") << text;
+  std::ofstream(dir / "valid.txt") << "cat\n";  // one token: nothing after it to predict
+  TrainSettings s = settings(temp_dir("emptyvalid_run"), 3);
+  s.corpus.data = "text";
+  s.corpus.vocab = (dir / "vocab.txt").string();
+  s.corpus.train_file = (dir / "train.txt").string();
+  s.corpus.valid_file = (dir / "valid.txt").string();
+  CHECK_THROWS_WITH_AS(train(tiny("transformer"), s), doctest::Contains("holds 1 tokens; at least 2"), std::runtime_error);
+  CHECK_FALSE(fs::exists(s.out + "/config.json"));  // refused before the run began
+  auto model = models::make_model([] {
+    models::LMConfig c = tiny("transformer");
+    c.vocab_size = 7;
+    return c;
+  }());
+  CHECK_THROWS_WITH_AS(evaluate(*model, {4}, 16, 4), doctest::Contains("at least 2"), std::runtime_error);
+  CHECK_THROWS_WITH_AS(evaluate(*model, {4, 5, 6}, 16, 0), doctest::Contains("--batch is 0"), std::invalid_argument);
+  fs::remove_all(dir);
+  fs::remove_all(s.out);
+}
+
+TEST_CASE("a checkpoint holding NaN is refused by eval/generate, naming the tensor") {
+  const std::string out = temp_dir("nanck");
+  train(tiny("grassmann"), settings(out, 2));
+  SafeTensors best = load_safetensors(out + "/best.safetensors");
+  Tensor w = best.tensors.begin()->second.clone();
+  w.data<float>()[0] = NAN;
+  best.tensors.begin()->second = w;
+  save_safetensors(out + "/best.safetensors", best.tensors, best.metadata);
+  CHECK_THROWS_WITH_AS(load_run(out), doctest::Contains("holds NaN or Inf"), std::runtime_error);
+  fs::remove_all(out);
 }
