@@ -115,12 +115,15 @@ SafeTensors load_safetensors(const std::string& path) {
     if (!v["dtype"].is_string() || !parse_st_dtype(v["dtype"].get<std::string>(), e.dtype))
       bad(path, "tensor '" + name + "' has unsupported dtype " + v["dtype"].dump() + " (wedge reads F32, F64, I32)");
     if (!v["shape"].is_array()) bad(path, "tensor '" + name + "' shape is not an array");
-    std::uint64_t numel = 1;
+    // The bound is on the product of the non-zero dimensions, not on the element count: a
+    // shape such as (0, 2^40, 2^40) holds no bytes, but its strides do not fit in 64 bits.
+    std::uint64_t numel = 1, extent = 1;
     for (const auto& d : v["shape"]) {
       if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<std::int64_t>() >= 0))
         bad(path, "tensor '" + name + "' has an invalid dimension " + d.dump());
       const std::uint64_t dim = d.get<std::uint64_t>();
-      if (dim != 0 && numel > (std::uint64_t(1) << 48) / dim) bad(path, "tensor '" + name + "' shape is implausibly large");
+      if (dim != 0 && extent > (std::uint64_t(1) << 48) / dim) bad(path, "tensor '" + name + "' shape is implausibly large");
+      if (dim != 0) extent *= dim;
       numel *= dim;
       e.shape.push_back(static_cast<std::int64_t>(dim));
     }
