@@ -140,7 +140,10 @@ SafeTensors load_safetensors(const std::string& path) {
                     " of " + std::string(dtype_name(e.dtype)) + " needs " + std::to_string(numel * dtype_size(e.dtype)));
     entries.push_back(std::move(e));
   }
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+  // By begin, then end: an empty tensor at a non-empty one's first byte ([4, 4] beside [4, 12])
+  // comes first, so the two never count as overlapping, whatever their names' order.
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.begin < b.begin || (a.begin == b.begin && a.end < b.end); });
   for (std::size_t i = 1; i < entries.size(); ++i)
     if (entries[i].begin < entries[i - 1].end)
       bad(path, "corrupt: tensors '" + entries[i - 1].name + "' and '" + entries[i].name + "' overlap");
