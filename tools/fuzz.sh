@@ -37,6 +37,7 @@ install_missing build-essential cmake pkg-config libopenblas-dev libfmt-dev libc
 clang_major="$(clang++ --version | sed -n 's/.*clang version \([0-9][0-9]*\).*/\1/p' | head -n 1)"
 install_missing "libclang-rt-${clang_major}-dev"
 
+started="$(date +%s)"
 echo "fuzz: configuring ${BUILD_DIR}/"
 cmake -S fuzz -B "$BUILD_DIR" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Release > "$BUILD_DIR.configure.log" 2>&1 ||
   { cat "$BUILD_DIR.configure.log"; exit 1; }
@@ -59,12 +60,13 @@ run_one() {
   echo "$status" > "$work/status"
 }
 
-echo "fuzz: running ${FUZZERS// /, } for ${SECONDS_EACH} s each, ${JOBS} at a time"
+built="$(date +%s)"
+echo "fuzz: built in $((built - started)) s; running ${FUZZERS// /, } for ${SECONDS_EACH} s each, ${JOBS} at a time"
 running=0
 for name in $FUZZERS; do
   if [ ! -d "fuzz/corpus/$name" ]; then echo "fuzz: no harness '$name' (fuzz/corpus/$name is missing)"; exit 1; fi
   if [ "$running" -ge "$JOBS" ]; then
-    wait -n
+    wait -n || true  # a harness's outcome is read from its status file below
     running=$((running - 1))
   fi
   run_one "$name" &
@@ -75,16 +77,16 @@ wait
 failed=0
 for name in $FUZZERS; do
   work="$BUILD_DIR/fuzz-run/$name"
-  status="$(cat "$work/status")"
-  runs="$(sed -n 's/^Done \([0-9]*\) runs.*/\1/p' "$work/log")"
-  findings="$(find "$work/artifacts" -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | sort)"
-  if [ "$status" -eq 0 ] && [ -z "$findings" ]; then
+  status="$(cat "$work/status" 2>/dev/null || echo "unknown (the harness did not run)")"
+  runs="$(sed -n 's/^Done \([0-9]*\) runs.*/\1/p' "$work/log" 2>/dev/null || true)"
+  findings="$(find "$work/artifacts" -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) 2>/dev/null | sort || true)"
+  if [ "$status" = 0 ] && [ -z "$findings" ]; then
     echo "fuzz: $name: ok (${runs:-?} inputs)"
     continue
   fi
   failed=1
   echo "fuzz: $name: FAILED (exit status $status)"
-  grep -E "ERROR: |runtime error|check failed|terminate called|what\(\):" "$work/log" | head -n 5 | sed 's/^/  /'
+  grep -E "ERROR: |runtime error|check failed|terminate called|what\(\):" "$work/log" 2>/dev/null | head -n 5 | sed 's/^/  /' || true
   for f in $findings; do
     echo "  reproducer: $f"
     echo "  run it:     $BUILD_DIR/fuzz_$name $f"
@@ -95,4 +97,4 @@ if [ "$failed" -ne 0 ]; then
   echo "fuzz: a harness found a problem (fuzz/README.md: how a crash becomes a regression test)"
   exit 1
 fi
-echo "fuzz: every harness ran clean"
+echo "fuzz: every harness ran clean ($(($(date +%s) - built)) s of fuzzing, $(($(date +%s) - started)) s in all)"
