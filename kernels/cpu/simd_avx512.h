@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 namespace wedge::kernels::cpu::avx512 {
 
