@@ -22,8 +22,6 @@ struct HostMemory {
 // The CPU allocator: host memory behind the same caching bookkeeping as CUDA's.
 class CpuCachingAllocator final : public Allocator {
  public:
-  ~CpuCachingAllocator() override { cache_.release_cached(); }
-
   void* allocate(std::size_t bytes) override { return cache_.allocate(bytes); }
   void deallocate(void* ptr, std::size_t bytes) override { cache_.deallocate(ptr, bytes); }
   void copy_to_host(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }

@@ -47,6 +47,18 @@ template <typename Backend>
 class BlockCache {
  public:
   explicit BlockCache(Backend backend = Backend()) : backend_(std::move(backend)) {}
+  // Gives the cached (free) blocks back to the backend. Blocks still handed out are left
+  // alone: an owner that outlives the cache still points at its block, and freeing it would
+  // turn a leak into a use after free. A backend that fails while freeing (a device runtime
+  // already shut down at process exit) cannot be reported from a destructor, so what is left
+  // goes back with the process exit. The CUDA allocator is never destroyed for that reason
+  // (engine/cuda_allocator.cu); the CPU allocator and every test cache are.
+  ~BlockCache() {
+    try {
+      release_cached_locked();
+    } catch (...) {
+    }
+  }
   BlockCache(const BlockCache&) = delete;
   BlockCache& operator=(const BlockCache&) = delete;
 
@@ -142,12 +154,18 @@ class BlockCache {
     return ptr;
   }
 
+  // Each block leaves the free lists (and an emptied list the map) before it is freed, so a
+  // backend that throws midway leaves the books consistent and no freed pointer behind to be
+  // handed out again.
   void release_cached_locked() {
-    for (auto& [size, blocks] : free_) {
-      for (void* ptr : blocks) backend_.free(ptr);
+    while (!free_.empty()) {
+      auto it = free_.begin();
+      void* ptr = it->second.back();
+      it->second.pop_back();
+      cached_ -= it->first;
+      if (it->second.empty()) free_.erase(it);
+      backend_.free(ptr);
     }
-    free_.clear();
-    cached_ = 0;
   }
 
   Backend backend_;

@@ -215,3 +215,69 @@ TEST_CASE("BlockCache: sizes that vary from step to step stop reaching the devic
   CHECK(cache.backend().allocations == after_warmup);  // the last 150 steps allocated nothing
   CHECK(cache.backend().allocations <= 16);
 }
+
+namespace {
+
+// Host memory whose live blocks are recorded outside the cache (the cache owns its backend,
+// so only an outside record can be read after the cache is gone). With fail_on_free > 0,
+// that many frees succeed and the next one throws, as a device that has shut down does.
+struct OutsideRecordBackend {
+  std::set<void*>* live = nullptr;
+  int fail_on_free = 0;
+  void* allocate(std::size_t bytes) {
+    void* p = std::aligned_alloc(256, bytes);
+    if (p != nullptr) live->insert(p);
+    return p;
+  }
+  void free(void* p) {
+    if (fail_on_free > 0 && --fail_on_free == 0) throw std::runtime_error("fake: device gone");
+    REQUIRE(live->erase(p) == 1);  // never a block twice, never one it did not hand out
+    std::free(p);
+  }
+  const char* name() const { return "fake"; }
+};
+
+}  // namespace
+
+TEST_CASE("BlockCache: destroying the cache gives its cached blocks back, never a block in use") {
+  std::set<void*> live;
+  void* in_use = nullptr;
+  {
+    wedge::BlockCache<OutsideRecordBackend> cache(OutsideRecordBackend{&live});
+    void* a = cache.allocate(1000);
+    void* b = cache.allocate(std::size_t(3) << 20);
+    in_use = cache.allocate(5000);
+    cache.deallocate(a, 1000);
+    cache.deallocate(b, std::size_t(3) << 20);
+    CHECK(live.size() == 3);
+  }
+  REQUIRE(live.size() == 1);  // the two cached blocks went back to the backend
+  CHECK(*live.begin() == in_use);
+  std::free(in_use);
+}
+
+TEST_CASE("BlockCache: a backend that fails while releasing leaves no freed block in the cache") {
+  std::set<void*> live;
+  {
+    wedge::BlockCache<OutsideRecordBackend> cache(OutsideRecordBackend{&live});
+    std::vector<void*> blocks;
+    for (std::size_t bytes : {512, 1024, 1536, 2048}) blocks.push_back(cache.allocate(bytes));
+    for (std::size_t i = 0; i < blocks.size(); ++i) cache.deallocate(blocks[i], 512 * (i + 1));
+    CHECK(cache.bytes_cached() == 512 + 1024 + 1536 + 2048);
+    cache.backend().fail_on_free = 2;  // the first free succeeds, the second throws
+    CHECK_THROWS_AS(cache.release_cached(), std::runtime_error);
+    // The freed 512-byte block and the 1024-byte one whose free failed are out of the books;
+    // the 1536- and 2048-byte blocks remain cached.
+    CHECK(live.size() == 3);
+    CHECK(cache.bytes_cached() == 1536 + 2048);
+    // A 1024-byte request is served by the best remaining fit, not by a block that is gone.
+    void* again = cache.allocate(1024);
+    CHECK(again == blocks[2]);
+    CHECK(cache.backend().live->count(again) == 1);
+    cache.deallocate(again, 1024);
+  }
+  // The destructor freed the two still cached; the block whose free failed stays with the
+  // (failed) device, here plain host memory to hand back by hand.
+  REQUIRE(live.size() == 1);
+  std::free(*live.begin());
+}
