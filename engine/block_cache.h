@@ -31,7 +31,8 @@ namespace wedge {
 // smallest cached block of at least its class and at most twice it (blocks are never
 // split): a training loop that repeats its sizes exactly reuses its own blocks, and one
 // whose sizes vary a little from step to step (the rows routed to each expert of a
-// mixture) reuses neighbouring blocks instead of asking the device again.
+// mixture) reuses neighbouring blocks instead of asking the device again. Defined for
+// requests up to 2^62 bytes (BlockCache refuses larger ones).
 inline std::size_t block_size_class(std::size_t bytes) {
   constexpr std::size_t kSmallStep = 512;
   constexpr std::size_t kSmallLimit = std::size_t(1) << 20;
@@ -66,6 +67,11 @@ class BlockCache {
   // When the backend is out of memory the cache is returned to it and the request tried
   // once more; failing that, throws std::runtime_error naming the device and the sizes.
   void* allocate(std::size_t bytes) {
+    // No device holds 2^62 bytes, and size classes of larger requests would not fit a size_t.
+    if (bytes > (std::size_t(1) << 62)) {
+      throw std::runtime_error(std::string(backend_.name()) + ": out of memory allocating " +
+                               std::to_string(bytes) + " bytes (more than any device holds)");
+    }
     const std::size_t size = block_size_class(bytes);
     std::lock_guard<std::mutex> lock(mutex_);
     void* ptr = nullptr;

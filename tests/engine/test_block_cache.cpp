@@ -150,7 +150,11 @@ TEST_CASE("BlockCache releases its cache and retries when the device runs out of
     CHECK(what.find("fake") != std::string::npos);
     CHECK(what.find("4096") != std::string::npos);
   }
-  // the failed request changed no bookkeeping
+  // A request no device can hold (its size class would not fit a size_t) is the same error.
+  CHECK_THROWS_WITH_AS((void)cache.allocate(~std::size_t(0)),
+                       doctest::Contains("fake: out of memory allocating 18446744073709551615 bytes"),
+                       std::runtime_error);
+  // the failed requests changed no bookkeeping
   CHECK(cache.bytes_in_use() == 2048 + 5120);
   cache.deallocate(b, 2048);
   cache.deallocate(c, 5120);
