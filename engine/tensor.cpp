@@ -1,5 +1,6 @@
 #include "engine/tensor.h"
 
+#include <cstdint>
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
@@ -22,9 +23,23 @@ std::string shape_str(const Shape& s) {
   return o.str();
 }
 
+// A shape whose element count (or one of whose strides) does not fit in int64 cannot
+// describe memory; multiplying on regardless would be undefined behaviour and wrap to a
+// small or negative count.
+namespace {
+[[noreturn]] void fail_too_large(const Shape& s, const char* what) {
+  throw std::invalid_argument("shape " + shape_str(s) + ": " + what + " does not fit in 64 bits");
+}
+}  // namespace
+
 std::int64_t shape_numel(const Shape& s) {
   std::int64_t n = 1;
-  for (auto d : s) n *= d;
+  for (auto d : s) {
+    if (d == 0) return 0;  // empty, however large the other dimensions
+  }
+  for (auto d : s) {
+    if (__builtin_mul_overflow(n, d, &n)) fail_too_large(s, "the number of elements");
+  }
   return n;
 }
 
@@ -33,7 +48,7 @@ Shape contiguous_strides(const Shape& s) {
   std::int64_t acc = 1;
   for (int i = static_cast<int>(s.size()) - 1; i >= 0; --i) {
     st[i] = acc;
-    acc *= s[i];
+    if (i > 0 && __builtin_mul_overflow(acc, s[i], &acc)) fail_too_large(s, "a stride");
   }
   return st;
 }
@@ -89,8 +104,11 @@ kernels::CopyLayout copy_layout(const Shape& shape, const Shape& src, const Shap
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (auto d : shape)
     if (d < 0) fail("empty", "negative dimension in shape " + shape_str(shape));
+  const std::int64_t numel = shape_numel(shape);
+  if (static_cast<std::uint64_t>(numel) > static_cast<std::uint64_t>(PTRDIFF_MAX) / dtype_size(dtype))
+    fail("empty", "shape " + shape_str(shape) + " of " + std::string(dtype_name(dtype)) + " needs more bytes than an address space holds");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(shape_numel(shape) * dtype_size(dtype), device);
+  impl->storage = std::make_shared<Storage>(static_cast<std::size_t>(numel) * dtype_size(dtype), device);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;

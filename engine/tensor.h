@@ -25,7 +25,10 @@ namespace wedge {
 using Shape = std::vector<std::int64_t>;
 
 std::string shape_str(const Shape& s);  // "(2, 3, 4)"
+// The element count; throws std::invalid_argument naming the shape when it does not fit in
+// int64 (a shape with a zero dimension has 0 elements whatever its other dimensions).
 std::int64_t shape_numel(const Shape& s);
+// Row-major strides in elements; throws the same way when one does not fit in int64.
 Shape contiguous_strides(const Shape& s);
 
 // A block of memory on one device, freed through its device's allocator.

@@ -19,8 +19,8 @@ Tensor reshape(const Tensor& x, const Shape& shape_in) {
       infer = static_cast<int>(i);
     } else if (shape[i] < 0) {
       fail("reshape", "invalid target shape " + shape_str(shape_in));
-    } else {
-      known *= shape[i];
+    } else if (__builtin_mul_overflow(known, shape[i], &known)) {
+      fail("reshape", "target shape " + shape_str(shape_in) + " has more elements than fit in 64 bits");
     }
   }
   if (infer >= 0) {

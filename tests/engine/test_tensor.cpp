@@ -24,6 +24,31 @@ TEST_CASE("construction, shape queries and host access") {
   CHECK_THROWS_WITH_AS(Tensor::from_vector<float>({1, 2}, {3}), doctest::Contains("do not fill shape (3,)"), std::invalid_argument);
 }
 
+TEST_CASE("shapes whose element count does not fit in int64 are refused, naming the shape") {
+  constexpr std::int64_t k2_31 = std::int64_t(1) << 31, k2_32 = std::int64_t(1) << 32;
+  CHECK(shape_numel({}) == 1);
+  CHECK(shape_numel({k2_31, k2_31}) == std::int64_t(1) << 62);
+  CHECK(shape_numel({k2_31, k2_32 - 1}) == k2_31 * (k2_32 - 1));
+  // 2^63 is one past the largest int64
+  CHECK_THROWS_WITH_AS(shape_numel({k2_32, k2_31}),
+                       "shape (4294967296, 2147483648): the number of elements does not fit in 64 bits",
+                       std::invalid_argument);
+  CHECK_THROWS_AS(shape_numel({3, k2_31, k2_31}), std::invalid_argument);
+  CHECK_THROWS_AS(shape_numel({-k2_32, k2_32}), std::invalid_argument);
+  // A zero dimension makes the tensor empty whatever the others are, wherever it stands.
+  CHECK(shape_numel({0, k2_32, k2_32}) == 0);
+  CHECK(shape_numel({k2_32, k2_32, 0}) == 0);
+  CHECK(contiguous_strides({k2_31, k2_31}) == Shape{k2_31, 1});
+  CHECK_THROWS_WITH_AS(contiguous_strides({0, k2_32, k2_32}), doctest::Contains("a stride does not fit"),
+                       std::invalid_argument);
+  // Tensor construction refuses before any allocation: too many elements, or too many bytes.
+  CHECK_THROWS_WITH_AS(Tensor::empty({k2_32, k2_32}), doctest::Contains("shape (4294967296, 4294967296)"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(Tensor::zeros({std::int64_t(1) << 61}, DType::F32),
+                       "empty: shape (2305843009213693952,) of float32 needs more bytes than an address space holds",
+                       std::invalid_argument);
+}
+
 TEST_CASE("views share memory; contiguous() packs them") {
   Tensor t = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
   Tensor tt = ops::transpose(t, 0, 1);

@@ -99,6 +99,12 @@ TEST_CASE("ops reject bad arguments with messages naming the op and the shapes")
   CHECK_THROWS_WITH_AS(ops::add(a, b), doctest::Contains("add: cannot broadcast shapes (2, 3) and (4, 5)"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(ops::add(a, Tensor::zeros({2, 3}, DType::F64)), doctest::Contains("different dtypes"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(ops::reshape(a, {4}), doctest::Contains("reshape: cannot reshape (2, 3)"), std::invalid_argument);
+  // Target shapes whose element count does not fit in int64: named, not wrapped around.
+  CHECK_THROWS_WITH_AS(ops::reshape(a, {std::int64_t(1) << 40, std::int64_t(1) << 40, -1}),
+                       doctest::Contains("reshape: target shape (1099511627776, 1099511627776, -1) has more elements than fit in 64 bits"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ops::reshape(a, {std::int64_t(1) << 32, std::int64_t(1) << 32, 6}),
+                       doctest::Contains("(4294967296, 4294967296, 6)"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(ops::embedding(a, Tensor::from_vector<std::int32_t>({7}, {1})), doctest::Contains("outside the table"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(ops::plucker_pairs(Tensor::zeros({1, 2, 4}), {0}), doctest::Contains("offsets must be >= 1"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(ops::linear(a, Tensor::zeros({4, 2})), doctest::Contains("linear"), std::invalid_argument);
