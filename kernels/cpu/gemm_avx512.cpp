@@ -228,6 +228,9 @@ void pack_b_32(const float* b, i64 row_stride, i64 col_stride, i64 kc, i64 next_
 }
 
 // The epilogue on a finished tile (still in L1): bias, then GELU keeping h in aux.
+// GCC 12 at -O2 with both ASan and UBSan miscompiles the b[j] load below (every tile gets
+// b[1] in both halves); the code is correct, and the sanitizer build compiles this file with
+// -fno-ivopts. kernels/README.md ("Compiler notes") has the analysis and a reproduction.
 void epilogue_14x32(float* c, i64 ldc, int m_valid, int n_valid, const float* bias, Activation act,
                     float* aux) {
   const __mmask16 mask[kVectors] = {first_lanes(n_valid), first_lanes(n_valid - 16)};

@@ -52,7 +52,7 @@ struct Fiber {
 #else
   ucontext_t context{};
 #endif
-  std::unique_ptr<char[]> stack;
+  char* stack = nullptr;  // kStackBytes of fiber_stacks()
   FiberState state = FiberState::Runnable;
   uint3 thread_idx;
   unsigned linear = 0;  // x + y * blockDim.x + z * blockDim.x * blockDim.y
@@ -82,6 +82,21 @@ inline Fiber* g_fiber = nullptr;
 // Thread order of the scheduler: false runs fibers first-to-last, true last-to-first.
 inline bool g_reverse_order = false;
 inline constexpr std::size_t kStackBytes = 256 * 1024;
+
+// The fibers' stacks, kStackBytes per thread, kept from launch to launch on each OS thread
+// (the blocks of a grid already share them). Allocating them per launch meant 256 MB of
+// fresh memory for a block of 1024 threads, page-faulted in every time, and under
+// AddressSanitizer one mapping per stack: that was most of the emulated suite's time there.
+// Only the top pages of each stack are ever touched.
+inline char* fiber_stacks(unsigned threads) {
+  thread_local std::unique_ptr<char[]> stacks;
+  thread_local unsigned capacity = 0;
+  if (threads > capacity) {
+    stacks.reset(new char[threads * kStackBytes]);
+    capacity = threads;
+  }
+  return stacks.get();
+}
 
 #if defined(__x86_64__)
 // wedge_emu_switch(save, load): pushes the callee-saved registers (System V ABI) on the
@@ -206,7 +221,7 @@ inline void prepare_fiber(Block& b, Fiber& f) {
   // A fresh stack that "returns" into fiber_main when first switched to: six zero
   // registers for the pops, then fiber_main as the return address. At its entry the stack
   // pointer is 8 below a 16-byte boundary, as after a call, which the ABI expects.
-  auto top = reinterpret_cast<std::uintptr_t>(f.stack.get() + kStackBytes) & ~std::uintptr_t(15);
+  auto top = reinterpret_cast<std::uintptr_t>(f.stack + kStackBytes) & ~std::uintptr_t(15);
   void** sp = reinterpret_cast<void**>(top);
   *--sp = nullptr;  // fake return address of fiber_main (it never returns)
   *--sp = reinterpret_cast<void*>(&fiber_main);
@@ -215,7 +230,7 @@ inline void prepare_fiber(Block& b, Fiber& f) {
   (void)b;
 #else
   getcontext(&f.context);
-  f.context.uc_stack.ss_sp = f.stack.get();
+  f.context.uc_stack.ss_sp = f.stack;
   f.context.uc_stack.ss_size = kStackBytes;
   f.context.uc_link = &b.scheduler;
   makecontext(&f.context, fiber_main, 0);
@@ -287,12 +302,13 @@ inline void run_grid(dim3 grid, dim3 block, std::size_t dynamic_shared_bytes,
   // Shared memory starts as garbage on a GPU; NaN bytes here make a read of
   // never-written shared memory visible in the results.
   b.dynamic_shared.assign(dynamic_shared_bytes + 16, 0xFF);
+  char* const stacks = fiber_stacks(threads);
   for (unsigned z = 0, i = 0; z < block.z; ++z)
     for (unsigned y = 0; y < block.y; ++y)
       for (unsigned x = 0; x < block.x; ++x, ++i) {
         b.fibers[i].thread_idx = {x, y, z};
         b.fibers[i].linear = i;
-        b.fibers[i].stack.reset(new char[kStackBytes]);
+        b.fibers[i].stack = stacks + i * kStackBytes;
       }
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
