@@ -93,6 +93,7 @@ Tensor accumulate_grad(const Tensor& dst, const Tensor& g) {
     l.stride_a[i] = s.empty() ? 1 : dst.strides()[i];
     l.stride_b[i] = s.empty() ? 1 : g.strides()[i];
   }
+  l = kernels::coalesce(l);
   const int kind = static_cast<int>(dst.device().kind);
   if (dst.dtype() == DType::F32) {
     kernels::kernel_table<float>(kind)->binary(kernels::BinaryOp::Add, l, dst.data<float>(),

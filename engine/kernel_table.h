@@ -98,6 +98,53 @@ struct CopyLayout {
   i64 stride_dst[kMaxDims] = {};
 };
 
+// The same index space in as few axes as it takes: size-1 axes dropped, and each axis
+// merged into the one before it when every operand steps through the pair as through one
+// axis (the outer stride is the inner stride times the inner size; broadcast axes, stride
+// 0 on both, merge too). A kernel then walks fewer and longer rows: the (B, E, N) slice
+// of a (B, P, E, N) tensor copies as B rows of E·N elements, not B·E rows of N. The ops
+// coalesce every layout before dispatch; kernels must still take any layout.
+namespace detail {
+template <std::size_t K>
+int coalesce_axes(int ndim, i64* shape, const std::array<i64*, K>& strides) {
+  for (int d = 0; d < ndim; ++d)
+    if (shape[d] == 0) return ndim;  // nothing to walk: leave the empty space as it is
+  int out = 0;
+  for (int d = 0; d < ndim; ++d) {
+    if (shape[d] == 1) continue;
+    bool merges = out > 0;
+    for (i64* s : strides) merges = merges && s[out - 1] == s[d] * shape[d];
+    if (merges) {
+      shape[out - 1] *= shape[d];
+      for (i64* s : strides) s[out - 1] = s[d];
+    } else {
+      shape[out] = shape[d];
+      for (i64* s : strides) s[out] = s[d];
+      ++out;
+    }
+  }
+  if (out == 0) {  // a single element
+    shape[0] = 1;
+    for (i64* s : strides) s[0] = 1;
+    out = 1;
+  }
+  for (int d = out; d < ndim; ++d) {
+    shape[d] = 0;
+    for (i64* s : strides) s[d] = 0;
+  }
+  return out;
+}
+}  // namespace detail
+
+inline BroadcastLayout coalesce(BroadcastLayout l) {
+  l.ndim = detail::coalesce_axes<2>(l.ndim, l.shape, {l.stride_a, l.stride_b});
+  return l;
+}
+inline CopyLayout coalesce(CopyLayout l) {
+  l.ndim = detail::coalesce_axes<2>(l.ndim, l.shape, {l.stride_src, l.stride_dst});
+  return l;
+}
+
 // Reductions over the middle axis of a contiguous (outer, n, inner) block.
 enum class ReduceOp : std::uint8_t { Sum, Max };
 

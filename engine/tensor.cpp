@@ -284,7 +284,7 @@ void Tensor::copy_(const Tensor& src) {
     fail("copy_", "source " + src.str() + " has another dtype than destination " + str());
   if (numel() == 0) return;
   Tensor s = src.device() == device() ? src : src.to(device());
-  const kernels::CopyLayout l = copy_layout(shape(), s.strides(), strides(), "copy_");
+  const kernels::CopyLayout l = kernels::coalesce(copy_layout(shape(), s.strides(), strides(), "copy_"));
   memory_kernels(device()).strided_copy(l, s.raw_data(), raw_data(), static_cast<int>(dtype_size(dtype())));
 }
 

@@ -61,6 +61,7 @@ Tensor binary_forward(const std::string& op, BinaryOp kind, const Tensor& a, con
     broadcast_strides(a, out_shape, l.stride_a);
     broadcast_strides(b, out_shape, l.stride_b);
   }
+  l = kernels::coalesce(l);
   dispatch_float(op, a, [&](auto tag) {
     using T = decltype(tag);
     need(op, table<T>(op, a).binary, a)(kind, l, a.data<T>(), b.data<T>(), out.data<T>());

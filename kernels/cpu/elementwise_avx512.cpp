@@ -13,6 +13,7 @@
 #include "engine/thread_pool.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/ref/nd_index.h"
 #include "kernels/cpu/simd_avx512.h"
 
 namespace wedge::kernels::cpu::avx512 {
@@ -179,18 +180,13 @@ void binary(BinaryOp op, const BroadcastLayout& layout, const float* a, const fl
   i64 rows = 1;
   for (int d = 0; d + 1 < nd; ++d) rows *= layout.shape[d];
   if (rows * inner == 0) return;
-  // Rows of the last axis; each row's operand offsets from its multi-index.
+  // Rows of the last axis; each thread finds the operand offsets of its first row once and
+  // steps the outer axes as an odometer from there.
   parallel_for(0, rows, std::max<i64>(1, 8192 / std::max<i64>(inner, 1)), [&](i64 r0, i64 r1) {
-    for (i64 r = r0; r < r1; ++r) {
-      i64 rest = r, off_a = 0, off_b = 0;
-      for (int d = nd - 2; d >= 0; --d) {
-        const i64 index = rest % layout.shape[d];
-        rest /= layout.shape[d];
-        off_a += index * layout.stride_a[d];
-        off_b += index * layout.stride_b[d];
-      }
-      binary_row(op, a + off_a, sa, b + off_b, sb, out + r * inner, inner);
-    }
+    ref::StridedPairWalker walk(nd - 1, layout.shape, layout.stride_a, layout.stride_b);
+    walk.seek(r0);
+    for (i64 r = r0; r < r1; ++r, walk.next())
+      binary_row(op, a + walk.first(), sa, b + walk.second(), sb, out + r * inner, inner);
   });
 }
 

@@ -6,23 +6,12 @@
 
 #include "engine/thread_pool.h"
 #include "kernels/tables.h"
+#include "kernels/ref/nd_index.h"
 #include "kernels/ref/ref.h"
 
 namespace wedge::kernels {
 
 namespace {
-
-// Byte offsets of row `r` (an index over all axes but the last) in source and destination.
-void row_offsets(const CopyLayout& l, i64 r, i64* src, i64* dst) {
-  *src = 0;
-  *dst = 0;
-  for (int d = l.ndim - 2; d >= 0; --d) {
-    const i64 i = r % l.shape[d];
-    r /= l.shape[d];
-    *src += i * l.stride_src[d];
-    *dst += i * l.stride_dst[d];
-  }
-}
 
 void cpu_strided_copy(const CopyLayout& l, const void* src, void* dst, int elem_size) {
   const int last = l.ndim - 1;
@@ -35,11 +24,10 @@ void cpu_strided_copy(const CopyLayout& l, const void* src, void* dst, int elem_
   auto* to = static_cast<unsigned char*>(dst);
   const std::size_t row_bytes = static_cast<std::size_t>(cols) * static_cast<std::size_t>(elem_size);
   parallel_for(0, rows, std::max<i64>(1, (1 << 16) / std::max<i64>(cols, 1)), [&](i64 r0, i64 r1) {
-    for (i64 r = r0; r < r1; ++r) {
-      i64 s = 0, d = 0;
-      row_offsets(l, r, &s, &d);
-      std::memcpy(to + d * elem_size, from + s * elem_size, row_bytes);
-    }
+    ref::StridedPairWalker walk(last, l.shape, l.stride_src, l.stride_dst);
+    walk.seek(r0);
+    for (i64 r = r0; r < r1; ++r, walk.next())
+      std::memcpy(to + walk.second() * elem_size, from + walk.first() * elem_size, row_bytes);
   });
 }
 

@@ -27,6 +27,18 @@ class StridedPairWalker {
   i64 first() const { return offset_first_; }
   i64 second() const { return offset_second_; }
 
+  // Jump to the index `linear` (in row-major order): where `linear` calls of next() from
+  // the start would arrive. Lets each thread start its own part of the space.
+  void seek(i64 linear) {
+    offset_first_ = offset_second_ = 0;
+    for (int d = ndim_ - 1; d >= 0; --d) {
+      index_[d] = linear % shape_[d];
+      linear /= shape_[d];
+      offset_first_ += index_[d] * stride_first_[d];
+      offset_second_ += index_[d] * stride_second_[d];
+    }
+  }
+
   // Advance to the next index in row-major order (the last dimension moves fastest).
   void next() {
     for (int d = ndim_ - 1; d >= 0; --d) {
