@@ -1440,6 +1440,8 @@ void check_memory(Suite<T>& s) {
       {{33, 7}, {1, 33}, {7, 1}},               // transpose into contiguous
       {{5, 6, 7}, {84, 14, 2}, {42, 7, 1}},     // every other element of the last axis
       {{1000, 3}, {0, 1}, {3, 1}},              // one row repeated (expand + contiguous)
+      {{300, 17}, {1, 0}, {17, 1}},             // each element repeated along a row (a sum's backward)
+      {{40, 9, 16}, {9, 1, 0}, {150, 16, 1}},   // the same into a window, rows of 16
       {{4, 1, 5}, {5, 5, 1}, {5, 5, 1}},        // contiguous (single memcpy)
       {{3, 4, 5}, {1, 3, 12}, {20, 5, 1}},      // full reversal of axis order
       permuted_copy({64, 128}, {0, 1}, 0, false),          // a plain packed copy
