@@ -182,7 +182,7 @@ void binary(BinaryOp op, const BroadcastLayout& layout, const float* a, const fl
   if (rows * inner == 0) return;
   // Rows of the last axis; each thread finds the operand offsets of its first row once and
   // steps the outer axes as an odometer from there.
-  parallel_for(0, rows, std::max<i64>(1, 8192 / std::max<i64>(inner, 1)), [&](i64 r0, i64 r1) {
+  parallel_for(0, rows, std::max<i64>(1, kGrain / std::max<i64>(inner, 1)), [&](i64 r0, i64 r1) {
     ref::StridedPairWalker walk(nd - 1, layout.shape, layout.stride_a, layout.stride_b);
     walk.seek(r0);
     for (i64 r = r0; r < r1; ++r, walk.next())

@@ -9,6 +9,10 @@
 
 namespace wedge::kernels::cpu::avx512 {
 
+// Elements a thread should sum at the least: below that, waking a second thread costs
+// more than it saves (the gluing chain of SheafStateLM sums thousands of tiny slices).
+constexpr i64 kGrainElements = 1 << 14;
+
 void reduce(ReduceOp op, const float* x, float* y, std::int32_t* idx, i64 outer, i64 n, i64 inner) {
   if (op != ReduceOp::Sum) {
     ref_table_f32().reduce(op, x, y, idx, outer, n, inner);
@@ -17,7 +21,7 @@ void reduce(ReduceOp op, const float* x, float* y, std::int32_t* idx, i64 outer,
   if (inner == 1) {
     // Summing along contiguous memory: a vector sum would change the order; the rows
     // are still independent.
-    parallel_for(0, outer, 16, [&](i64 o0, i64 o1) {
+    parallel_for(0, outer, std::max<i64>(16, kGrainElements / std::max<i64>(n, 1)), [&](i64 o0, i64 o1) {
       for (i64 o = o0; o < o1; ++o) {
         double sum = 0;
         for (i64 i = 0; i < n; ++i) sum += x[o * n + i];
@@ -28,7 +32,7 @@ void reduce(ReduceOp op, const float* x, float* y, std::int32_t* idx, i64 outer,
   }
   // 16 inner columns per task, each summed in double over i in increasing order.
   const i64 groups = (inner + 15) / 16;
-  parallel_for(0, outer * groups, 1, [&](i64 t0, i64 t1) {
+  parallel_for(0, outer * groups, std::max<i64>(1, kGrainElements / std::max<i64>(16 * n, 1)), [&](i64 t0, i64 t1) {
     for (i64 t = t0; t < t1; ++t) {
       const i64 o = t / groups, j = (t % groups) * 16;
       const __mmask16 mask = first_lanes(inner - j);
