@@ -229,6 +229,22 @@ int main(int argc, char** argv) {
                   t.selective_scan_backward(scan_args, sgy.data(), nullptr, g);
                   return 4.0 * (6 * su.size() + 2 * sh0.size());
                 });
+  // The same with Mamba's output gate silu(z) taken inside the scan (the model's second scan).
+  static std::vector<float> sz = random_vector(kTokens * kInner, -3, 3, 24), sgz(sz.size());
+  static ScanArgs<float> gated_args = scan_args;
+  gated_args.z = sz.data();
+  register_pair("selective_scan_forward gated 32x128 E512 N16 P16",
+                [](const KernelTable<float>& t, benchmark::State&) {
+                  t.selective_scan_forward(gated_args, sy.data(), nullptr);
+                  return 4.0 * (4 * su.size() + sh0.size());
+                });
+  register_pair("selective_scan_backward gated 32x128 E512 N16 P16",
+                [](const KernelTable<float>& t, benchmark::State&) {
+                  ScanGrads<float> g{sgu.data(), sgdelta.data(), sgbias.data(), sgA.data(), sgB.data(),
+                                     sgC.data(), sgD.data(),     sgh0.data(),  sgz.data()};
+                  t.selective_scan_backward(gated_args, sgy.data(), nullptr, g);
+                  return 4.0 * (8 * su.size() + 2 * sh0.size());
+                });
 
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

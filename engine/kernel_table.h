@@ -178,9 +178,12 @@ struct AdamSegment {
 // [sP, min(L, sP + P))), starting from h = h0[b, s, d, n] (0 when h0 is null):
 //   dt  = softplus(delta[b,t,d] + delta_bias[d])       (delta_bias null: 0)
 //   h   = exp(dt * A[d,n]) * h + dt * B[b,t,n] * u[b,t,d],   A = -exp(A_log[d,n])
-//   y[b,t,d] = sum_n C[b,t,n] * h  +  Dskip[d] * u[b,t,d]   (Dskip null: 0)
-// and h_last[b, s, d, n] = the state after the segment's last token (when not null).
-// Layouts, contiguous: u, delta, y (batch, L, D); B, C (batch, L, N); A_log (D, N);
+//   y[b,t,d] = (sum_n C[b,t,n] * h  +  Dskip[d] * u[b,t,d]) * silu(z[b,t,d])
+//   (Dskip null: 0; z null: no gate, the factor is 1)
+// and h_last[b, s, d, n] = the state after the segment's last token (when not null). The
+// gate is Mamba's output gate y * silu(z), taken inside the scan so that the ungated
+// output is never written (the backward recomputes it from the states it rebuilds).
+// Layouts, contiguous: u, delta, z, y (batch, L, D); B, C (batch, L, N); A_log (D, N);
 // delta_bias, Dskip (D); h0, h_last (batch, segments, D, N) with segments = ceil(L / P).
 template <typename T>
 struct ScanArgs {
@@ -193,6 +196,7 @@ struct ScanArgs {
   const T* C = nullptr;
   const T* Dskip = nullptr;
   const T* h0 = nullptr;
+  const T* z = nullptr;
   i64 segments() const { return P > 0 ? (L + P - 1) / P : 0; }
 };
 // The gradients of every input of ScanArgs; each is written (not accumulated), and a null
@@ -207,6 +211,7 @@ struct ScanGrads {
   T* C = nullptr;
   T* Dskip = nullptr;
   T* h0 = nullptr;
+  T* z = nullptr;
 };
 
 // ---------------------------------------------------------------------------------

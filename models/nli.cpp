@@ -272,8 +272,9 @@ Tensor PairSheafMixing::forward(const Tensor& h, const Tensor& mask) const {
                    on_device(has_cover, {B * patches, 1});                                         // (B·patches, d_s)
   const Tensor h0 = ops::unsqueeze(ops::reshape(state_x_.forward(c), {B, patches, E}), 3) *
                     ops::unsqueeze(ops::reshape(state_b_.forward(c), {B, patches, N}), 2);          // (B, patches, E, N)
-  const Tensor y = ops::selective_scan(u, delta, A_log_, Bm, Cm, D_skip_, dt_bias_, h0, P);
-  return out_.forward(y * ops::silu(z));
+  // The output gate silu(z) is taken inside the scan (its ungated output is never written).
+  const Tensor y = ops::selective_scan(u, delta, A_log_, Bm, Cm, D_skip_, dt_bias_, h0, P, z);
+  return out_.forward(y);
 }
 
 SheafPairBlock::SheafPairBlock(const NliConfig& c, Generator& init, Generator& dropout)

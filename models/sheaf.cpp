@@ -187,14 +187,15 @@ Tensor SheafMixer::forward(const Tensor& h, GluingReport& report) const {
 
   // Φ again, now from the glued states h0_p = (W_hx c_p) ⊗ (W_hb c_p).
   const Tensor h0 = ops::unsqueeze(ops::stack(state_x, 1), 3) * ops::unsqueeze(ops::stack(state_b, 1), 2);
-  const Tensor y = ops::selective_scan(u, delta, A_log_, Bm, Cm, D_skip_, dt_bias_, h0, P);
+  // The output gate silu(z) is taken inside the scan (its ungated output is never written).
+  const Tensor y = ops::selective_scan(u, delta, A_log_, Bm, Cm, D_skip_, dt_bias_, h0, P, z);
 
   report.sections = ops::stack(sections, 1);
   if (!energies.empty()) {
     report.energy = ops::mean(ops::stack(energies, 1));
     report.energy_normalised = ops::mean(ops::stack(normalised, 1));
   }
-  return out_.forward(y * ops::silu(z));
+  return out_.forward(y);
 }
 
 // ---- the block: mixer, then the patch-type experts ---------------------------------------

@@ -102,10 +102,13 @@ Tensor plucker_mean(const Tensor& z, const std::vector<std::int32_t>& offsets, d
 //   dt = softplus(delta + delta_bias),  h = exp(dt A) h + dt B u,  y = C . h + Dskip u,
 // A = -exp(A_log). u, delta (batch, L, D); A_log (D, N); B, C (batch, L, N); Dskip and
 // delta_bias (D) or undefined; h0 (batch, ceil(L / segment), D, N), the state each
-// segment starts from, or undefined for zero states. Returns y (batch, L, D).
-// Differentiable in every input, h0 included; backward recomputes states per segment.
+// segment starts from, or undefined for zero states; z (batch, L, D), Mamba's output gate,
+// or undefined: y = (C . h + Dskip u) silu(z), the ungated output never written. Returns y
+// (batch, L, D). Differentiable in every input, h0 and z included; backward recomputes
+// states per segment.
 Tensor selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A_log, const Tensor& B, const Tensor& C,
-                      const Tensor& Dskip, const Tensor& delta_bias, const Tensor& h0, std::int64_t segment);
+                      const Tensor& Dskip, const Tensor& delta_bias, const Tensor& h0, std::int64_t segment,
+                      const Tensor& z = Tensor());
 
 // ---- the registry --------------------------------------------------------------------
 struct OpInfo {

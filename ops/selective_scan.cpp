@@ -18,8 +18,8 @@ void expect_shape(const Tensor& t, const Shape& want, const char* what) {
     fail(kOp, std::string(what) + " must be " + shape_str(want) + ", got " + shape_str(t.shape()));
 }
 
-// Points the eight fields named like the op's inputs (u, delta, A_log, B, C, Dskip,
-// delta_bias, h0 — in ScanArgs and ScanGrads alike) at pointer(i) for input i.
+// Points the nine fields named like the op's inputs (u, delta, A_log, B, C, Dskip,
+// delta_bias, h0, z — in ScanArgs and ScanGrads alike) at pointer(i) for input i.
 template <typename Fields, typename F>
 void bind_inputs(Fields& f, F pointer) {
   f.u = pointer(0);
@@ -30,6 +30,7 @@ void bind_inputs(Fields& f, F pointer) {
   f.Dskip = pointer(5);
   f.delta_bias = pointer(6);
   f.h0 = pointer(7);
+  f.z = pointer(8);
 }
 
 // The kernel arguments over contiguous copies of the inputs (kept alive by `keep`).
@@ -48,7 +49,8 @@ kernels::ScanArgs<T> scan_args(const std::vector<Tensor>& keep, std::int64_t seg
 }  // namespace
 
 Tensor selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A_log, const Tensor& B, const Tensor& C,
-                      const Tensor& Dskip, const Tensor& delta_bias, const Tensor& h0, std::int64_t segment) {
+                      const Tensor& Dskip, const Tensor& delta_bias, const Tensor& h0, std::int64_t segment,
+                      const Tensor& z) {
   check_floating(kOp, u, "u");
   if (u.dim() != 3) fail(kOp, "u must be (batch, L, D), got " + shape_str(u.shape()));
   if (A_log.dim() != 2) fail(kOp, "A_log must be (D, N), got " + shape_str(A_log.shape()));
@@ -62,7 +64,8 @@ Tensor selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A_log,
   if (Dskip.defined()) expect_shape(Dskip, {D}, "Dskip");
   if (delta_bias.defined()) expect_shape(delta_bias, {D}, "delta_bias");
   if (h0.defined()) expect_shape(h0, {batch, segments, D, N}, "h0 (batch, segments, D, N)");
-  const std::vector<Tensor> inputs = {u, delta, A_log, B, C, Dskip, delta_bias, h0};
+  if (z.defined()) expect_shape(z, u.shape(), "the gate z");
+  const std::vector<Tensor> inputs = {u, delta, A_log, B, C, Dskip, delta_bias, h0, z};
   check_same(kOp, inputs);
   std::vector<Tensor> keep;
   for (const Tensor& t : inputs) keep.push_back(t.defined() ? t.contiguous() : Tensor());

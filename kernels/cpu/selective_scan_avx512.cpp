@@ -4,6 +4,10 @@
 // broadcast, and y_t = sum_n C_t[n] h[n] needs no horizontal sum. Threads split the
 // (batch, segment) pairs, which share nothing in the forward.
 //
+// The output gate (z given): the forward multiplies each output vector by silu(z) before
+// storing it; the backward turns gy into the gradient of the ungated output the same way
+// and rebuilds that output (C . h + Dskip u, from the states it recomputes) for gz.
+//
 // Memory layout. A channel block reads one 64-byte line per token from each (B, L, D)
 // tensor, and consecutive tokens are D floats apart: read in place, every such line is a
 // fresh miss that the hardware prefetchers do not anticipate, and the scan waits on
@@ -89,17 +93,18 @@ void unpack_rows(const float* packed, const ScanArgs<float>& a, const ChannelBlo
   }
 }
 
-// One pair's packed segment: inputs u and delta, and one output (y in the forward; the
-// backward also packs gy and unpacks gu and gdelta).
+// One pair's packed segment: inputs u, delta and the gate z, and one output (y in the
+// forward; the backward also packs gy and unpacks gu, gdelta and gz).
 struct Packed {
-  float *u, *delta, *out;
-  float *gy, *gu, *gdelta;
+  float *u, *delta, *z, *out;
+  float *gy, *gu, *gdelta, *gz;
 };
+constexpr int kForwardBuffers = 4, kBackwardBuffers = 8;
 Packed packed_buffers(ScratchBuffer& buffer, const ScanArgs<float>& a, const ChannelBlocks& cb, int count) {
   const i64 size = cb.count * a.P * kLanes;
   float* base = buffer.get(static_cast<std::size_t>(count * size));
   Packed p{};
-  float** slots[] = {&p.u, &p.delta, &p.out, &p.gy, &p.gu, &p.gdelta};
+  float** slots[] = {&p.u, &p.delta, &p.z, &p.out, &p.gy, &p.gu, &p.gdelta, &p.gz};
   for (int i = 0; i < count; ++i) *slots[i] = base + i * size;
   return p;
 }
@@ -117,12 +122,14 @@ Token load_token(const float* u, const float* delta, __m512 bias, i64 k) {
 }
 
 // Runs `len` tokens of one channel block from the states h (lane layout), updating h.
-// u, delta (and y) point at the block's packed rows; bias is the block's delta bias. When
-// y is not null it writes y; when states is not null it stores the state after every
+// u, delta (and y, z) point at the block's packed rows; bias is the block's delta bias.
+// When y is not null it writes y (times silu(z) when z is not null, the output gate); when
+// states is not null it stores the state after every
 // token, states[(k + 1) * N * 16 ...] for token k, and that token's decays exp(dt A) in
 // decays[k * N * 16 ...], so the backward need not evaluate the exponential again.
 void scan_block(const ScanArgs<float>& a, const float* A_block, __m512 bias, __m512 Dskip, i64 b, i64 t0, i64 len,
-                const float* u, const float* delta, float* h, float* y, float* states, float* decays) {
+                const float* u, const float* delta, const float* z, float* h, float* y, float* states,
+                float* decays) {
   const i64 N = a.N;
   for (i64 k = 0; k < len; ++k) {
     const Token tok = load_token(u, delta, bias, k);
@@ -140,6 +147,7 @@ void scan_block(const ScanArgs<float>& a, const float* A_block, __m512 bias, __m
         _mm512_store_ps(decays + (k * N + n) * kLanes, decay);
       }
     }
+    if (z != nullptr) out = _mm512_mul_ps(out, silu_ps(_mm512_load_ps(z + k * kLanes)));
     if (y != nullptr) _mm512_store_ps(y + k * kLanes, out);
   }
 }
@@ -161,18 +169,20 @@ void selective_scan_forward(const ScanArgs<float>& a, float* y, float* h_last) {
   parallel_for(0, a.batch * S, pair_grain(a), [&](i64 p0, i64 p1) {
     thread_local ScratchBuffer h_buffer, pack_buffer;
     float* h = h_buffer.get(static_cast<std::size_t>(N * kLanes));
-    const Packed pk = packed_buffers(pack_buffer, a, cb, 3);
+    const Packed pk = packed_buffers(pack_buffer, a, cb, kForwardBuffers);
     for (i64 pair = p0; pair < p1; ++pair) {
       const i64 b = pair / S, s = pair % S, t0 = s * a.P, t1 = std::min(a.L, t0 + a.P);
       pack_rows(a.u, a, cb, b, t0, t1, pk.u);
       pack_rows(a.delta, a, cb, b, t0, t1, pk.delta);
+      if (a.z != nullptr && y != nullptr) pack_rows(a.z, a, cb, b, t0, t1, pk.z);
       for (i64 block = 0; block < cb.count; ++block) {
         const i64 d0 = block * kLanes, at = block * a.P * kLanes;
         const __mmask16 mask = cb.mask(block);
         if (a.h0 != nullptr) gather_states(a.h0 + pair * a.D * N, a.D, N, d0, h);
         else std::fill(h, h + N * kLanes, 0.0f);
         scan_block(a, cb.At + block * N * kLanes, load_or_zero(a.delta_bias, d0, mask), load_or_zero(a.Dskip, d0, mask),
-                   b, t0, t1 - t0, pk.u + at, pk.delta + at, h, y != nullptr ? pk.out + at : nullptr, nullptr, nullptr);
+                   b, t0, t1 - t0, pk.u + at, pk.delta + at, a.z != nullptr && y != nullptr ? pk.z + at : nullptr, h,
+                   y != nullptr ? pk.out + at : nullptr, nullptr, nullptr);
         if (h_last != nullptr) scatter_states(h, a.D, N, d0, h_last + pair * a.D * N);
       }
       if (y != nullptr) unpack_rows(pk.out, a, cb, b, t0, t1, y);
@@ -199,7 +209,8 @@ void selective_scan_backward(const ScanArgs<float>& a, const float* gy, const fl
     float* gh = decays + P * N * kLanes;
     float* gB_lanes = gh + N * kLanes;
     float* gC_lanes = gB_lanes + P * N * kLanes;
-    const Packed pk = packed_buffers(pack_buffer, a, cb, 6);
+    const Packed pk = packed_buffers(pack_buffer, a, cb, kBackwardBuffers);
+    const bool gated = a.z != nullptr;
     for (i64 group = g0; group < g1; ++group) {
       float* partial = partials + group * partial_size;
       for (i64 pair = group * group_size; pair < std::min(pairs, (group + 1) * group_size); ++pair) {
@@ -207,25 +218,31 @@ void selective_scan_backward(const ScanArgs<float>& a, const float* gy, const fl
         pack_rows(a.u, a, cb, b, t0, t1, pk.u);
         pack_rows(a.delta, a, cb, b, t0, t1, pk.delta);
         pack_rows(gy, a, cb, b, t0, t1, pk.gy);
+        if (gated) pack_rows(a.z, a, cb, b, t0, t1, pk.z);
         std::fill(gB_lanes, gB_lanes + 2 * P * N * kLanes, 0.0f);
         for (i64 block = 0; block < cb.count; ++block) {
           const i64 d0 = block * kLanes, at = block * P * kLanes;
           const __mmask16 mask = cb.mask(block);
           const float* A_block = cb.At + block * N * kLanes;
           const __m512 bias = load_or_zero(a.delta_bias, d0, mask), Dskip = load_or_zero(a.Dskip, d0, mask);
-          const float *u = pk.u + at, *delta = pk.delta + at, *gyb = pk.gy + at;
+          const float *u = pk.u + at, *delta = pk.delta + at, *gyb = pk.gy + at, *zb = pk.z + at;
           if (a.h0 != nullptr) gather_states(a.h0 + pair * D * N, D, N, d0, states);
           else std::fill(states, states + N * kLanes, 0.0f);
           float* h = gh;  // the forward's running state; gh is set only after it
           std::copy(states, states + N * kLanes, h);
-          scan_block(a, A_block, bias, Dskip, b, t0, len, u, delta, h, nullptr, states, decays);
+          scan_block(a, A_block, bias, Dskip, b, t0, len, u, delta, nullptr, h, nullptr, states, decays);
           if (g_h_last != nullptr) gather_states(g_h_last + pair * D * N, D, N, d0, gh);
           else std::fill(gh, gh + N * kLanes, 0.0f);
           float* gA = partial + block * N * kLanes;
           __m512 gDskip = _mm512_setzero_ps(), gbias = _mm512_setzero_ps();
           for (i64 k = len - 1; k >= 0; --k) {
             const Token tok = load_token(u, delta, bias, k);
-            const __m512 gyt = _mm512_load_ps(gyb + k * kLanes);
+            // gyt: the gradient of the ungated output o = C . h + Dskip u (gy silu(z) when
+            // gated); o itself is rebuilt below, for gz = gy o silu'(z).
+            const __m512 gy_out = _mm512_load_ps(gyb + k * kLanes);
+            const __m512 zk = gated ? _mm512_load_ps(zb + k * kLanes) : _mm512_setzero_ps();
+            const __m512 gyt = gated ? _mm512_mul_ps(gy_out, silu_ps(zk)) : gy_out;
+            __m512 ungated = _mm512_mul_ps(Dskip, tok.u);
             const __m512 dtu = _mm512_mul_ps(tok.dt, tok.u);
             gDskip = _mm512_fmadd_ps(gyt, tok.u, gDskip);
             // gu = gy Dskip + dt Σ_n gh_n B_n and gdt = u Σ_n gh_n B_n + Σ_n g_decay_n A_n:
@@ -240,8 +257,9 @@ void selective_scan_backward(const ScanArgs<float>& a, const float* gy, const fl
             float* gC_k = gC_lanes + k * N * kLanes;
             for (i64 n = 0; n < N; ++n) {
               const i64 o = n * kLanes;
-              const __m512 decay = _mm512_load_ps(decay_k + o);
-              _mm512_store_ps(gC_k + o, _mm512_fmadd_ps(gyt, _mm512_load_ps(after_k + o), _mm512_load_ps(gC_k + o)));
+              const __m512 decay = _mm512_load_ps(decay_k + o), after = _mm512_load_ps(after_k + o);
+              if (gated) ungated = _mm512_fmadd_ps(_mm512_set1_ps(Ct[n]), after, ungated);
+              _mm512_store_ps(gC_k + o, _mm512_fmadd_ps(gyt, after, _mm512_load_ps(gC_k + o)));
               const __m512 ghn = _mm512_fmadd_ps(_mm512_set1_ps(Ct[n]), gyt, _mm512_load_ps(gh + o));
               const __m512 g_decay = _mm512_mul_ps(_mm512_mul_ps(ghn, _mm512_load_ps(before_k + o)), decay);
               sum_gA = _mm512_fmadd_ps(g_decay, _mm512_load_ps(A_block + o), sum_gA);
@@ -254,6 +272,8 @@ void selective_scan_backward(const ScanArgs<float>& a, const float* gy, const fl
             const __m512 gdelta = _mm512_mul_ps(gdt, sigmoid_ps(tok.pre));
             gbias = _mm512_add_ps(gbias, gdelta);
             _mm512_store_ps(pk.gdelta + at + k * kLanes, gdelta);
+            if (gated)
+              _mm512_store_ps(pk.gz + at + k * kLanes, _mm512_mul_ps(_mm512_mul_ps(gy_out, ungated), silu_derivative_ps(zk)));
             _mm512_store_ps(pk.gu + at + k * kLanes, _mm512_fmadd_ps(tok.dt, sum_gB, _mm512_mul_ps(gyt, Dskip)));
           }
           if (g.h0 != nullptr) scatter_states(gh, D, N, d0, g.h0 + pair * D * N);
@@ -263,6 +283,7 @@ void selective_scan_backward(const ScanArgs<float>& a, const float* gy, const fl
         }
         if (g.delta != nullptr) unpack_rows(pk.gdelta, a, cb, b, t0, t1, g.delta);
         if (g.u != nullptr) unpack_rows(pk.gu, a, cb, b, t0, t1, g.u);
+        if (gated && g.z != nullptr) unpack_rows(pk.gz, a, cb, b, t0, t1, g.z);
         // gB_t[n], gC_t[n]: the sum over channels, from the lane sums of every block.
         for (i64 k = 0; k < len; ++k)
           for (i64 n = 0; n < N; ++n) {

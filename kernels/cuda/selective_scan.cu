@@ -2,6 +2,7 @@
 // forward and backward. The recurrence and the layouts are in engine/kernel_table.h
 // (ScanArgs); kernels/ref/selective_scan.cpp derives the backward. In float:
 //   dt = softplus(delta + delta_bias),  h = exp(dt A) h + dt B u,  y = C . h + Dskip u,
+// times silu(z) when the output gate z is given,
 // A = -exp(A_log) <= 0 and dt >= 0, so the decay exp(dt A) lies in [0, 1] (1 when dt == 0,
 // even for A = -inf: no 0 * inf).
 //
@@ -29,9 +30,10 @@
 //   - gA_log, gDskip, gdelta_bias (sums over batch and tokens): each thread sums its
 //     segment's tokens in order (last to first, as the reference), writes one partial per
 //     (batch, segment) to scratch, and sum_middle_axis adds the partials over segments.
-//   - gdelta, gu, gh0: one element per thread. With N > kStateChunk the sums over states
-//     behind gdelta and gu carry from one chunk of states to the next through scratch
-//     (batch, L, D), in increasing n, exactly as one sequential sum.
+//   - gdelta, gu, gz, gh0: one element per thread. With N > kStateChunk the sums over states
+//     behind gdelta and gu (and the ungated output behind gz) carry from one chunk of states
+//     to the next through scratch (batch, L, D), in increasing n, exactly as one sequential
+//     sum.
 #include <climits>
 
 #include "kernels/cuda/entries.cuh"
@@ -99,6 +101,11 @@ __device__ __forceinline__ float scan_sigmoid(float x) {
   if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
   const float e = expf(x);
   return e / (1.0f + e);
+}
+__device__ __forceinline__ float scan_silu(float x) { return x * scan_sigmoid(x); }
+__device__ __forceinline__ float scan_silu_derivative(float x) {
+  const float s = scan_sigmoid(x);
+  return s * (1.0f + x * (1.0f - s));
 }
 // exp(dt A) for dt >= 0, A <= 0: 1 when dt == 0 even if A is -inf (no 0 * inf).
 __device__ __forceinline__ float scan_decay(float dt, float A) { return dt == 0.0f ? 1.0f : expf(dt * A); }
@@ -182,6 +189,7 @@ __global__ void __launch_bounds__(kMaxThreads)
       for (int j = 0; j < NC; ++j) {
         if (j < count) out += Ct[j] * h[j];
       }
+      if (a.z != nullptr && c + 1 == chunks) out *= scan_silu(a.z[i]);  // the output gate, once
       y[i] = out;
     }
     if (h_last != nullptr) {
@@ -207,8 +215,10 @@ struct ScanBackwardOut {
   float* gdelta;  // (batch, L, D)
   float* gu;      // (batch, L, D)
   float* gh0;     // (batch, segments, D, N)
+  float* gz;      // (batch, L, D)
   float* carry_gdt;  // (batch, L, D): the sums over states so far, when chunks > 1
   float* carry_gu;
+  float* carry_out;  // (batch, L, D): the ungated output so far, when chunks > 1 and gz is wanted
 };
 
 template <int NC>
@@ -268,7 +278,12 @@ __global__ void __launch_bounds__(kMaxThreads)
         const i64 t = t0 + k, i = (b * L + t) * D + d;
         const float pre = valid ? a.delta[i] + bias : 0.0f;
         const float dt = valid ? scan_softplus(pre) : 0.0f, u = valid ? a.u[i] : 0.0f;
-        const float gyt = valid ? gy[i] : 0.0f;
+        // gyt: the gradient of the ungated output o = C . h + Dskip u (gy silu(z) when gated).
+        const float gy_out = valid ? gy[i] : 0.0f, z = valid && a.z != nullptr ? a.z[i] : 0.0f;
+        const float gyt = a.z != nullptr ? gy_out * scan_silu(z) : gy_out;
+        const bool want_gz = valid && a.z != nullptr && o.gz != nullptr;
+        float ungated = 0.0f;
+        if (want_gz) ungated = first_chunk ? skip * u : o.carry_out[i];
         // The sums over n of gdt and gu, continued from the previous chunk of states.
         float gdt = 0.0f, gu = a.Dskip != nullptr ? gyt * skip : 0.0f;
         if (!first_chunk && valid) {
@@ -288,6 +303,7 @@ __global__ void __launch_bounds__(kMaxThreads)
           if (valid && j < count) {
             const float Bn = Bt[j], Cn = Ct[j], decay = scan_decay(dt, A[j]);
             x[j] = gyt * h_after[j];  // gC
+            ungated += Cn * h_after[j];
             gh[j] += Cn * gyt;
             const float g_decay = gh[j] * h_before[j];
             gdt += g_decay * decay * A[j] + gh[j] * Bn * u;
@@ -311,7 +327,9 @@ __global__ void __launch_bounds__(kMaxThreads)
           if (!last_chunk) {
             o.carry_gdt[i] = gdt;
             o.carry_gu[i] = gu;
+            if (want_gz) o.carry_out[i] = ungated;
           } else {
+            if (want_gz) o.gz[i] = gy_out * ungated * scan_silu_derivative(z);
             const float gdelta = gdt * scan_sigmoid(pre);  // softplus' = sigmoid
             gbias_sum += gdelta;
             if (o.gdelta != nullptr) o.gdelta[i] = gdelta;
@@ -393,6 +411,7 @@ void selective_scan_backward(const ScanArgs<float>& args, const float* gy, const
   Scratch<float> part_bias(size_if(split_rows && grads.delta_bias != nullptr, rows * D));
   Scratch<float> carry_gdt(size_if(p.chunks > 1, batch * L * D));
   Scratch<float> carry_gu(size_if(p.chunks > 1, batch * L * D));
+  Scratch<float> carry_out(size_if(p.chunks > 1 && args.z != nullptr && grads.z != nullptr, batch * L * D));
   auto target = [](float* grad, bool split, const Scratch<float>& part) {
     return grad == nullptr ? nullptr : split ? part.get() : grad;
   };
@@ -409,8 +428,10 @@ void selective_scan_backward(const ScanArgs<float>& args, const float* gy, const
   o.gdelta = grads.delta;
   o.gu = grads.u;
   o.gh0 = grads.h0;
+  o.gz = args.z != nullptr ? grads.z : nullptr;
   o.carry_gdt = p.chunks > 1 ? carry_gdt.get() : nullptr;
   o.carry_gu = p.chunks > 1 ? carry_gu.get() : nullptr;
+  o.carry_out = p.chunks > 1 ? carry_out.get() : nullptr;
   switch (p.state_chunk) {
     case 1: launch_backward<1>(args, p, gy, g_h_last, o); break;
     case 2: launch_backward<2>(args, p, gy, g_h_last, o); break;

@@ -33,7 +33,7 @@ acc_t apply_unary(UnaryOp op, acc_t param, acc_t x) {
     case UnaryOp::MulScalar: return x * param;
     case UnaryOp::PowScalar: return std::pow(x, param);
     case UnaryOp::Abs: return std::fabs(x);
-    case UnaryOp::Silu: return x * sigmoid(x);
+    case UnaryOp::Silu: return silu(x);
     case UnaryOp::Softplus: return softplus(x);
   }
   return std::numeric_limits<acc_t>::quiet_NaN();
@@ -57,10 +57,7 @@ acc_t unary_derivative(UnaryOp op, acc_t param, acc_t x, acc_t y) {
       // 0 * inf = NaN at x == 0.
       return param == 0 ? 0.0 : param * std::pow(x, param - 1.0);
     case UnaryOp::Abs: return x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0);  // sign(x), 0 at 0
-    case UnaryOp::Silu: {  // (x s)' = s + x s (1 - s)
-      const acc_t s = sigmoid(x);
-      return s * (1.0 + x * (1.0 - s));
-    }
+    case UnaryOp::Silu: return silu_derivative(x);
     case UnaryOp::Softplus: return sigmoid(x);  // (log(1 + e^x))' = e^x / (1 + e^x)
   }
   return std::numeric_limits<acc_t>::quiet_NaN();

@@ -19,4 +19,11 @@ inline acc_t sigmoid(acc_t x) {
 // and log1p keeps full precision where e^-|x| is tiny (large |x|).
 inline acc_t softplus(acc_t x) { return (x > 0 ? x : 0.0) + std::log1p(std::exp(-std::fabs(x))); }
 
+// silu(x) = x sigmoid(x), and its derivative (x s)' = s + x s (1 - s) = s (1 + x (1 - s)).
+inline acc_t silu(acc_t x) { return x * sigmoid(x); }
+inline acc_t silu_derivative(acc_t x) {
+  const acc_t s = sigmoid(x);
+  return s * (1.0 + x * (1.0 - s));
+}
+
 }  // namespace wedge::kernels::ref

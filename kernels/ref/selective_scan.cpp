@@ -14,7 +14,9 @@
 //     ga = gh h_{t-1};  gdt += ga a A + gh B_t u_t;  gA += ga a dt
 //     gB_t += gh dt u_t;  gu_t += gh dt B_t;  gh = gh a   (now the gradient of h_{t-1})
 //   gdelta_t = gdt sigmoid(delta_t + delta_bias)  (softplus' = sigmoid), gdelta_bias += it
-// and finally gh0 = gh, gA_log = gA A (dA/dA_log = A).
+// and finally gh0 = gh, gA_log = gA A (dA/dA_log = A). With the output gate, the output is
+// y_t = o_t silu(z_t) with o_t = C_t . h_t + Dskip u_t: the walk above runs on
+// go_t = gy_t silu(z_t), and gz_t = gy_t o_t silu'(z_t), o_t rebuilt from the states.
 #include <cmath>
 #include <vector>
 
@@ -62,7 +64,7 @@ void selective_scan_forward(const ScanArgs<T>& a, T* y, T* h_last) {
             h[n] = decay(dt, A[n]) * h[n] + dt * acc_t(a.B[ix.state_input(b, t, n)]) * u;
             out += acc_t(a.C[ix.state_input(b, t, n)]) * h[n];
           }
-          y[i] = T(out);
+          y[i] = T(a.z != nullptr ? out * silu(acc_t(a.z[i])) : out);
         }
         if (h_last != nullptr)
           for (i64 n = 0; n < a.N; ++n) h_last[ix.state(b, s, d, n)] = T(h[n]);
@@ -98,7 +100,15 @@ void selective_scan_backward(const ScanArgs<T>& a, const T* gy, const T* g_h_las
         for (i64 t = t1 - 1; t >= t0; --t) {
           const i64 i = ix.token(b, t, d), k = t - t0;
           const acc_t pre = acc_t(a.delta[i]) + (a.delta_bias != nullptr ? acc_t(a.delta_bias[d]) : 0.0);
-          const acc_t dt = softplus(pre), u = acc_t(a.u[i]), gyt = acc_t(gy[i]);
+          const acc_t dt = softplus(pre), u = acc_t(a.u[i]);
+          const acc_t z = a.z != nullptr ? acc_t(a.z[i]) : 0.0;
+          // gyt: the gradient of the ungated output o_t.
+          const acc_t gyt = a.z != nullptr ? acc_t(gy[i]) * silu(z) : acc_t(gy[i]);
+          if (a.z != nullptr && g.z != nullptr) {
+            acc_t out = a.Dskip != nullptr ? acc_t(a.Dskip[d]) * u : 0.0;
+            for (i64 n = 0; n < a.N; ++n) out += acc_t(a.C[ix.state_input(b, t, n)]) * h(k + 1, n);
+            g.z[i] = T(acc_t(gy[i]) * out * silu_derivative(z));
+          }
           gDskip[d] += gyt * u;
           acc_t gu = a.Dskip != nullptr ? gyt * acc_t(a.Dskip[d]) : 0.0, gdt = 0.0;
           for (i64 n = 0; n < a.N; ++n) {

@@ -825,7 +825,8 @@ void check_gate_mix(Suite<T>& s) {
 }
 
 // The selective scan, forward and backward, on segments that do not divide L, P = 1, P > L,
-// every optional input present or null, and gradients skipped in mixed combinations.
+// every optional input (the output gate z included) present or null, and gradients skipped
+// in mixed combinations.
 template <typename T>
 void check_selective_scan(Suite<T>& s) {
   struct Shape {
@@ -843,14 +844,14 @@ void check_selective_scan(Suite<T>& s) {
   if (s.full()) shapes.push_back({2, 1000, 64, 16, 1000});  // one long segment
   // Which optional inputs are present, and which gradients are asked for (null: skipped).
   struct Variant {
-    bool h0, g_h_last, bias, skip, h_last, grads_a, grads_b;
+    bool h0, g_h_last, bias, skip, h_last, grads_a, grads_b, gate;
     const char* name;
   };
   const Variant variants[] = {
-      {true, true, true, true, true, true, true, "all inputs"},
-      {false, false, false, false, false, true, true, "h0, g_h_last, delta_bias, Dskip, h_last null"},
-      {true, false, true, false, true, true, false, "g_h_last, Dskip null; gu, gC, gDskip, gdelta_bias skipped"},
-      {false, true, false, true, true, false, true, "h0, delta_bias null; gdelta, gA_log, gB, gh0 skipped"},
+      {true, true, true, true, true, true, true, true, "all inputs"},
+      {false, false, false, false, false, true, true, false, "h0, g_h_last, delta_bias, Dskip, h_last, z null"},
+      {true, false, true, false, true, true, false, true, "g_h_last, Dskip null; gu, gC, gDskip, gdelta_bias, gz skipped"},
+      {false, true, false, true, true, false, true, true, "h0, delta_bias null; gdelta, gA_log, gB, gh0 skipped"},
   };
   std::uint64_t seed = 1400;
   for (const Shape& sh : shapes) {
@@ -867,10 +868,11 @@ void check_selective_scan(Suite<T>& s) {
       auto A_log = random_floats(params, seed++, -0.7f, 2.0f);  // A in [-7.4, -0.5]
       auto B = random_floats(inputs, seed++), C = random_floats(inputs, seed++);
       auto h0 = random_floats(states, seed++), gy = random_floats(tokens, seed++), g_h_last = random_floats(states, seed++);
+      auto z = random_floats(tokens, seed++, -4.0f, 4.0f);
 
-      // The arguments over input(i), the i-th of u, delta, delta_bias, A_log, B, C, Dskip, h0
-      // (in host memory for the reference, in the backend's for the kernel under test).
-      const std::vector<float>* host_inputs[8] = {&u, &delta, &delta_bias, &A_log, &B, &C, &Dskip, &h0};
+      // The arguments over input(i), the i-th of u, delta, delta_bias, A_log, B, C, Dskip, h0,
+      // z (in host memory for the reference, in the backend's for the kernel under test).
+      const std::vector<float>* host_inputs[9] = {&u, &delta, &delta_bias, &A_log, &B, &C, &Dskip, &h0, &z};
       auto args_over = [&](auto input) {
         ScanArgs<std::remove_const_t<std::remove_pointer_t<decltype(input(0))>>> a;
         a.batch = sh.batch;
@@ -886,21 +888,22 @@ void check_selective_scan(Suite<T>& s) {
         a.C = input(5);
         a.Dskip = var.skip ? input(6) : nullptr;
         a.h0 = var.h0 ? input(7) : nullptr;
+        a.z = var.gate ? input(8) : nullptr;
         return a;
       };
       const ScanArgs<float> ha = args_over([&](int i) -> const float* { return host_inputs[i]->data(); });
-      // Gradient sizes in ScanGrads order (u, delta, delta_bias, A_log, B, C, Dskip, h0);
+      // Gradient sizes in ScanGrads order (u, delta, delta_bias, A_log, B, C, Dskip, h0, z);
       // 0 where the variant does not ask for it.
-      const std::size_t full_sizes[8] = {tokens, tokens, D, params, inputs, inputs, D, states};
-      const bool asked[8] = {var.grads_b, var.grads_a, var.grads_b, var.grads_a,
-                             var.grads_a, var.grads_b, var.grads_b, var.grads_a};
-      std::size_t sizes[8];
-      for (int i = 0; i < 8; ++i) sizes[i] = asked[i] ? full_sizes[i] : 0;
+      const std::size_t full_sizes[9] = {tokens, tokens, D, params, inputs, inputs, D, states, var.gate ? tokens : 0};
+      const bool asked[9] = {var.grads_b, var.grads_a, var.grads_b, var.grads_a, var.grads_a,
+                             var.grads_b, var.grads_b, var.grads_a, var.grads_a};
+      std::size_t sizes[9];
+      for (int i = 0; i < 9; ++i) sizes[i] = asked[i] ? full_sizes[i] : 0;
       auto grads_of = [](auto& buffers, auto pointer) {
         using P = decltype(pointer(buffers[0]));
-        P p[8];
-        for (int i = 0; i < 8; ++i) p[i] = pointer(buffers[i]);
-        return ScanGrads<std::remove_pointer_t<P>>{p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]};
+        P p[9];
+        for (int i = 0; i < 9; ++i) p[i] = pointer(buffers[i]);
+        return ScanGrads<std::remove_pointer_t<P>>{p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]};
       };
 
       std::vector<float> y_ref(tokens), h_last_ref(var.h_last ? states : 0);
@@ -935,10 +938,10 @@ void check_selective_scan(Suite<T>& s) {
       };
       s.expect(KernelId::selective_scan_forward, "y", got[0], y_ref, what + " y", terms(y_ref, 0));
       s.expect(KernelId::selective_scan_forward, "h_last", got[1], h_last_ref, what + " h_last", terms(h_last_ref, 0));
-      const char* names[8] = {"gu", "gdelta", "gdelta_bias", "gA_log", "gB", "gC", "gDskip", "gh0"};
+      const char* names[9] = {"gu", "gdelta", "gdelta_bias", "gA_log", "gB", "gC", "gDskip", "gh0", "gz"};
       const double channels = double(sh.D), steps = double(sh.batch * sh.L);
-      const double counts[8] = {0, 0, steps, steps, channels, channels, steps, 0};
-      for (int k = 0; k < 8; ++k) {
+      const double counts[9] = {0, 0, steps, steps, channels, channels, steps, 0, 0};
+      for (int k = 0; k < 9; ++k) {
         const char* kind = counts[k] > 0 ? "sums" : "per element";
         s.expect(KernelId::selective_scan_backward, kind, got[2 + k], g_ref[k], what + " " + names[k],
                  terms(g_ref[k], counts[k]));

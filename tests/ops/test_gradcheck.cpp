@@ -155,16 +155,18 @@ std::vector<OpCase> cases() {
   add("plucker_mean", "r=3, L=1", [] {
     gradcheck("plucker_mean L1", [](const V& x) { return ops::plucker_mean(x[0], {1}); }, {input({2, 1, 3}, 93)});
   });
-  // selective_scan: every input, h0 included, on segments that do not divide L, segments
-  // of one token, N = 1, a segment longer than L, and without the optional inputs.
+  // selective_scan: every input, h0 and the gate z included, on segments that do not divide
+  // L, segments of one token, N = 1, a segment longer than L, and without the optional inputs.
   struct Scan {
     std::int64_t batch, L, D, N, P;
     bool optional;  // Dskip, delta_bias and h0 given
     const char* label;
+    bool gated = false;  // the output gate z given
   };
   for (const Scan s : {Scan{2, 7, 3, 2, 3, true, "L 7, P 3"}, Scan{1, 4, 2, 3, 1, true, "P = 1"},
                        Scan{2, 5, 2, 1, 2, true, "N = 1"}, Scan{1, 3, 2, 2, 8, true, "P > L"},
-                       Scan{1, 5, 3, 2, 2, false, "no Dskip, delta_bias, h0"}}) {
+                       Scan{1, 5, 3, 2, 2, false, "no Dskip, delta_bias, h0"},
+                       Scan{2, 7, 3, 2, 3, true, "gated, L 7, P 3", true}, Scan{1, 4, 2, 3, 1, true, "gated, P = 1", true}}) {
     add("selective_scan", s.label, [s] {
       const std::int64_t S = (s.L + s.P - 1) / s.P;
       std::vector<Tensor> in = {input({s.batch, s.L, s.D}, 100), input({s.batch, s.L, s.D}, 101),
@@ -174,12 +176,13 @@ std::vector<OpCase> cases() {
         in.push_back(input({s.D}, 105));
         in.push_back(input({s.D}, 106));
         in.push_back(input({s.batch, S, s.D, s.N}, 107));
+        if (s.gated) in.push_back(input({s.batch, s.L, s.D}, 108));
       }
       gradcheck(std::string("selective_scan ") + s.label,
                 [s](const V& x) {
                   const bool o = x.size() > 5;
                   return ops::selective_scan(x[0], x[1], x[2], x[3], x[4], o ? x[5] : Tensor(), o ? x[6] : Tensor(),
-                                             o ? x[7] : Tensor(), s.P);
+                                             o ? x[7] : Tensor(), s.P, x.size() > 8 ? x[8] : Tensor());
                 },
                 in);
     });

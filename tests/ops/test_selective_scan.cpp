@@ -16,14 +16,17 @@ using testing::input;
 
 struct ScanInputs {
   std::int64_t batch, L, D, N, P;
-  std::vector<Tensor> x;  // u, delta, A_log, B, C, Dskip, delta_bias, h0
+  std::vector<Tensor> x;  // u, delta, A_log, B, C, Dskip, delta_bias, h0, and the gate z when gated
 };
 
-ScanInputs make_inputs(std::int64_t batch, std::int64_t L, std::int64_t D, std::int64_t N, std::int64_t P) {
+ScanInputs make_inputs(std::int64_t batch, std::int64_t L, std::int64_t D, std::int64_t N, std::int64_t P,
+                       bool gated = false) {
   const std::int64_t S = (L + P - 1) / P;
-  return {batch, L, D, N, P,
-          {input({batch, L, D}, 1), input({batch, L, D}, 2), input({D, N}, 3, false, 0.0, 0.5), input({batch, L, N}, 4),
-           input({batch, L, N}, 5), input({D}, 6), input({D}, 7), input({batch, S, D, N}, 8)}};
+  ScanInputs in{batch, L, D, N, P,
+                {input({batch, L, D}, 1), input({batch, L, D}, 2), input({D, N}, 3, false, 0.0, 0.5), input({batch, L, N}, 4),
+                 input({batch, L, N}, 5), input({D}, 6), input({D}, 7), input({batch, S, D, N}, 8)}};
+  if (gated) in.x.push_back(input({batch, L, D}, 9, false, 0.0, 2.0));
+  return in;
 }
 
 // The recurrence one token at a time, from primitives (autograd supplies the gradients):
@@ -44,7 +47,8 @@ Tensor scan_from_primitives(const std::vector<Tensor>& x, std::int64_t P) {
     const Tensor y_t = ops::add(ops::sum(ops::mul(C_t, h), {2}), ops::mul(ops::squeeze(u_t, 2), x[5]));  // (batch, D)
     ys.push_back(y_t);
   }
-  return ops::stack(ys, 1);
+  const Tensor y = ops::stack(ys, 1);
+  return x.size() > 8 ? ops::mul(y, ops::silu(x[8])) : y;  // Mamba's output gate
 }
 
 // y and the gradient of sum(w y) with respect to every input (in the order of ScanInputs),
@@ -56,7 +60,8 @@ std::vector<std::vector<double>> values_and_gradients(const ScanInputs& in, DTyp
     c.set_requires_grad(true);
     x.push_back(c);
   }
-  const Tensor y = fused ? ops::selective_scan(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], in.P)
+  const Tensor y = fused ? ops::selective_scan(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], in.P,
+                                               x.size() > 8 ? x[8] : Tensor())
                          : scan_from_primitives(x, in.P);
   const Tensor w = Tensor::randn({in.batch, in.L, in.D}, 99, 0, 1, DType::F64).to(dtype);
   ops::sum(ops::mul(y, w)).backward();
@@ -71,15 +76,17 @@ struct ScanShape {
 
 TEST_CASE("selective_scan equals the recurrence built from primitive ops, values and gradients") {
   for (const ScanShape s : {ScanShape{2, 7, 3, 2, 3}, ScanShape{1, 5, 2, 1, 1}, ScanShape{2, 4, 1, 3, 6},
-                            ScanShape{1, 9, 4, 5, 4}}) {
+                            ScanShape{1, 9, 4, 5, 4}})
+  for (const bool gated : {false, true}) {
     CAPTURE(s.L);
     CAPTURE(s.P);
     CAPTURE(s.N);
-    const ScanInputs in = make_inputs(s.batch, s.L, s.D, s.N, s.P);
+    CAPTURE(gated);
+    const ScanInputs in = make_inputs(s.batch, s.L, s.D, s.N, s.P, gated);
     const auto fused = values_and_gradients(in, DType::F64, true), composed = values_and_gradients(in, DType::F64, false);
     REQUIRE(fused.size() == composed.size());
     for (std::size_t i = 0; i < fused.size(); ++i) {
-      CAPTURE(i);  // 0: y, then the gradients of u, delta, A_log, B, C, Dskip, delta_bias, h0
+      CAPTURE(i);  // 0: y, then the gradients of u, delta, A_log, B, C, Dskip, delta_bias, h0, z
       REQUIRE(fused[i].size() == composed[i].size());
       for (std::size_t j = 0; j < fused[i].size(); ++j)
         CHECK(fused[i][j] == doctest::Approx(composed[i][j]).epsilon(1e-10).scale(1.0));
@@ -91,10 +98,12 @@ TEST_CASE("selective_scan in float32 on the CPU table matches float64, values an
   // The float32 CPU table runs the AVX-512 kernel when the CPU has it: channel blocks of 16
   // with a tail (D 33), a state size that is no power of two, segments that do not divide L.
   for (const ScanShape s : {ScanShape{2, 37, 33, 5, 4}, ScanShape{1, 16, 16, 16, 16}, ScanShape{3, 9, 7, 1, 1},
-                            ScanShape{1, 5, 20, 3, 8}}) {
+                            ScanShape{1, 5, 20, 3, 8}})
+  for (const bool gated : {false, true}) {
     CAPTURE(s.D);
     CAPTURE(s.P);
-    const ScanInputs in = make_inputs(s.batch, s.L, s.D, s.N, s.P);
+    CAPTURE(gated);
+    const ScanInputs in = make_inputs(s.batch, s.L, s.D, s.N, s.P, gated);
     const auto f32 = values_and_gradients(in, DType::F32, true), f64 = values_and_gradients(in, DType::F64, true);
     for (std::size_t i = 0; i < f32.size(); ++i) {
       CAPTURE(i);
@@ -134,6 +143,8 @@ TEST_CASE("selective_scan names the op and the shapes in its errors") {
                        doctest::Contains("selective_scan: B must be (2, 5, 2), got (2, 5, 3)"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(ops::selective_scan(x[0], x[1], ops::transpose(x[2], 0, 1), x[3], x[4], x[5], x[6], x[7], 2),
                        doctest::Contains("A_log must be (3, 3), got (2, 3)"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ops::selective_scan(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], 2, x[3]),
+                       doctest::Contains("selective_scan: the gate z must be (2, 5, 3), got (2, 5, 2)"), std::invalid_argument);
 }
 
 }  // namespace
