@@ -182,7 +182,8 @@ def torch_models(torch):
             y0 = self.scan(u, dt, A, B, C, None)
             last = torch.clamp(torch.arange(1, nP + 1) * P, max=L) - 1
             S = F.pad(dt, (0, 0, 0, nP * P - L)).view(Bt, nP, P, E).sum(2)
-            reach = C[:, last, None, :] * torch.exp(S[..., None] * A)  # (Bt, nP, E, N)
+            # C at the patch's last token is folded into the chain's (Bt, N) factor, as wedge does.
+            reach, C_last = torch.exp(S[..., None] * A), C[:, last]  # (Bt, nP, E, N), (Bt, nP, N)
             bank = self.R.reshape(self.depth * K * ds, ds)
             restricted, summaries, hx, hb, sections, energies = [], [], [], [], [], []
             for p in range(nP):
@@ -197,7 +198,7 @@ def torch_models(torch):
                     c = torch.zeros(Bt, ds)
                 hx.append(self.sx(c))
                 hb.append(self.sb(c))
-                y_last = y0[:, last[p]] + hx[-1] * (reach[:, p] * hb[-1][:, None]).sum(-1)
+                y_last = y0[:, last[p]] + hx[-1] * (reach[:, p] * (C_last[:, p] * hb[-1])[:, None]).sum(-1)
                 s = F.layer_norm(self.summary(y_last), (ds,))
                 pi = torch.softmax(self.patch_type(s), -1)
                 restricted.append((F.linear(s, bank).view(Bt, self.depth, K, ds) * pi[:, None, :, None]).sum(2))
