@@ -16,7 +16,7 @@
 #
 # What runs: every room's suite (engine, ops, kernels, data, models, tools) in full, and
 # the install-and-build check of the examples. Nothing is left out: under the sanitizers
-# the suite takes a few times its normal time (the figures are in tools/README.md).
+# the suite takes about twice its normal time (the figures are in tools/README.md).
 #
 # Run-time options (set them in the environment to override):
 #   ASAN_OPTIONS   halt_on_error=1, detect_leaks=1 (LeakSanitizer at exit),
