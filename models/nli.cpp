@@ -226,7 +226,7 @@ Tensor PairSheafMixing::forward(const Tensor& h, const Tensor& mask) const {
   const std::int64_t B = h.size(0), T = h.size(1), E = inner_, N = state_, P = patch_, D = depth_, K = types_,
                      ds = section_, patches = (T + P - 1) / P, slots = 2 * D;
   const Device device = h.device();
-  const ScanInputs in = scan_inputs(in_.forward(h), dt_down_, dt_up_, b_proj_, c_proj_);
+  const ScanInputs in = scan_inputs(h, in_, dt_down_, dt_up_, b_proj_, c_proj_);
   const Tensor &u = in.u, &z = in.z, &delta = in.delta, &Bm = in.B, &Cm = in.C;
   const Tensor y0 = ops::selective_scan(u, delta, A_log_, Bm, Cm, D_skip_, dt_bias_, Tensor(), P);
 

@@ -45,13 +45,15 @@ void init_selective_scan(Tensor& A_log, Tensor& dt_bias, Generator& init) {
   dt_bias.copy_(Tensor::from_vector(bias, dt_bias.shape()));
 }
 
-ScanInputs scan_inputs(const Tensor& xz, const nn::Linear& dt_down, const nn::Linear& dt_up, const nn::Linear& b_proj,
-                       const nn::Linear& c_proj) {
-  const std::int64_t E = xz.size(2) / 2, N = b_proj.weight.size(0), rank = dt_down.weight.size(0);
-  const std::vector<Tensor> x_z = ops::unbind(ops::reshape(xz, {xz.size(0), xz.size(1), 2, E}), 2);
+ScanInputs scan_inputs(const Tensor& h, const nn::Linear& in_proj, const nn::Linear& dt_down, const nn::Linear& dt_up,
+                       const nn::Linear& b_proj, const nn::Linear& c_proj) {
+  const std::int64_t E = in_proj.weight.size(0) / 2, N = b_proj.weight.size(0), rank = dt_down.weight.size(0);
+  // x and z from the two halves of W_in's rows (contiguous views, one backward for both):
+  // two packed outputs, where slicing one (B, L, 2E) output would copy both halves out.
+  const std::vector<Tensor> w = ops::unbind(ops::reshape(in_proj.weight, {2, E, in_proj.weight.size(1)}), 0);
   ScanInputs in;
-  in.u = ops::silu(x_z[0]);
-  in.z = x_z[1];
+  in.u = ops::silu(ops::linear(h, w[0]));
+  in.z = ops::linear(h, w[1]);
   const Tensor projected = ops::linear(in.u, ops::cat({dt_down.weight, b_proj.weight, c_proj.weight}, 0));
   in.delta = dt_up.forward(ops::narrow(projected, 2, 0, rank));
   in.B = ops::narrow(projected, 2, rank, N);
@@ -112,7 +114,7 @@ Tensor SheafMixer::forward(const Tensor& h, GluingReport& report) const {
   const std::int64_t patches = ceil_div(L, P);
   const Device device = h.device();
 
-  const ScanInputs in = scan_inputs(in_.forward(h), dt_down_, dt_up_, b_proj_, c_proj_);
+  const ScanInputs in = scan_inputs(h, in_, dt_down_, dt_up_, b_proj_, c_proj_);
   const Tensor &u = in.u, &z = in.z, &delta = in.delta, &Bm = in.B, &Cm = in.C;
 
   // Φ from zero states, every patch at once: what each patch computes from its own tokens.

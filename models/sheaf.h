@@ -37,15 +37,16 @@ void init_selective_scan(Tensor& A_log, Tensor& dt_bias, Generator& init);
 // A bank of restriction maps (..., d_s, d_s), each the identity plus Normal(0, 0.02).
 void init_restriction_bank(Tensor& bank, Generator& init);
 
-// Mamba's S6 inputs from the output xz (B, L, 2E) of W_in: x and z its halves, u = silu(x),
-// delta = W_up W_down u, B_t = W_B u, C_t = W_C u — W_down, W_B and W_C stacked into one GEMM
-// (and in the backward one gradient of u instead of three to add up); x and z taken with
-// unbind (one gradient of xz's size instead of two to add).
+// Mamba's S6 inputs from the normalised stream h (B, L, d): x = W_in,x h and z = W_in,z h
+// (the two halves of W_in's rows, taken with unbind: two packed outputs, and one gradient
+// of W_in's size in backward), u = silu(x), delta = W_up W_down u, B_t = W_B u, C_t = W_C u
+// — W_down, W_B and W_C stacked into one GEMM (and in the backward one gradient of u
+// instead of three to add up).
 struct ScanInputs {
   Tensor u, z, delta, B, C;
 };
-ScanInputs scan_inputs(const Tensor& xz, const nn::Linear& dt_down, const nn::Linear& dt_up, const nn::Linear& b_proj,
-                       const nn::Linear& c_proj);
+ScanInputs scan_inputs(const Tensor& h, const nn::Linear& in_proj, const nn::Linear& dt_down, const nn::Linear& dt_up,
+                       const nn::Linear& b_proj, const nn::Linear& c_proj);
 
 // What one layer's mixer reports besides its output.
 struct GluingReport {
