@@ -35,12 +35,13 @@ void copy_row(unsigned char* to, const unsigned char* from, i64 src_step, i64 co
 }
 
 void cpu_strided_copy(const CopyLayout& l, const void* src, void* dst, int elem_size) {
+  if (l.ndim < 1) return ref::strided_copy(l, src, dst, elem_size);
   const int last = l.ndim - 1;
   i64 rows = 1;
   for (int d = 0; d < last; ++d) rows *= l.shape[d];
   const i64 cols = l.shape[last], src_step = l.stride_src[last];
   const bool broadcast_row = src_step == 0 && (elem_size == 4 || elem_size == 8);
-  if (l.ndim < 1 || rows * cols < 4096 || l.stride_dst[last] != 1 || (src_step != 1 && !broadcast_row))
+  if (rows * cols < 4096 || l.stride_dst[last] != 1 || (src_step != 1 && !broadcast_row))
     return ref::strided_copy(l, src, dst, elem_size);
   const auto* from = static_cast<const unsigned char*>(src);
   auto* to = static_cast<unsigned char*>(dst);
