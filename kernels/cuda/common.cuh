@@ -242,7 +242,7 @@ __device__ __forceinline__ MaxSum block_max_sum(MaxSum v) {
 
 // ---- two-operand strided layouts (broadcasting binary maps, strided copy) -------------
 
-// The layout after launch::collapse(), in the index type the kernel divides with.
+// The layout after coalesce(), in the index type the kernel divides with.
 template <typename Index>
 struct Strided2 {
   int ndim;

@@ -128,7 +128,7 @@ __global__ void binary_kernel(Strided2<Index> layout, i64 n, const float* a, con
 
 template <BinaryOp op>
 void launch_binary(const BroadcastLayout& original, const float* a, const float* b, float* out) {
-  const BroadcastLayout l = launch::collapse(original);
+  const BroadcastLayout l = coalesce(original);
   const i64 n = launch::layout_size(l.ndim, l.shape);
   if (n == 0) return;
   const dim3 grid = grid_1d(launch::elementwise_blocks(n));

@@ -73,48 +73,9 @@ constexpr int kColumnTileX = 32;
 constexpr int kColumnTileY = 8;
 
 // ---- N-d layouts -------------------------------------------------------------------------
-// Simplifies an index space walked by two operands: drops size-1 dimensions and merges
-// neighbouring dimensions that both operands walk contiguously (stride[d] ==
-// stride[d+1] * shape[d+1] for both). A contiguous tensor becomes 1-d, a row broadcast
-// becomes 2-d; the kernel then spends one division per remaining dimension. The set of
-// (offset_0, offset_1) pairs visited, in row-major order, is unchanged. An empty index
-// space (some extent 0) is left as it is. The result has ndim >= 1.
-inline void collapse_dims(int& ndim, i64* shape, i64* stride0, i64* stride1) {
-  for (int d = 0; d < ndim; ++d) {
-    if (shape[d] == 0) return;
-  }
-  int out = 0;
-  for (int d = 0; d < ndim; ++d) {
-    if (shape[d] == 1) continue;
-    if (out > 0 && stride0[out - 1] == stride0[d] * shape[d] &&
-        stride1[out - 1] == stride1[d] * shape[d]) {
-      shape[out - 1] *= shape[d];
-      stride0[out - 1] = stride0[d];
-      stride1[out - 1] = stride1[d];
-      continue;
-    }
-    shape[out] = shape[d];
-    stride0[out] = stride0[d];
-    stride1[out] = stride1[d];
-    ++out;
-  }
-  if (out == 0) {  // a single element
-    shape[0] = 1;
-    stride0[0] = 0;
-    stride1[0] = 0;
-    out = 1;
-  }
-  for (int d = out; d < ndim; ++d) shape[d] = stride0[d] = stride1[d] = 0;
-  ndim = out;
-}
-inline BroadcastLayout collapse(BroadcastLayout l) {
-  collapse_dims(l.ndim, l.shape, l.stride_a, l.stride_b);
-  return l;
-}
-inline CopyLayout collapse(CopyLayout l) {
-  collapse_dims(l.ndim, l.shape, l.stride_src, l.stride_dst);
-  return l;
-}
+// The kernels take layouts through kernels::coalesce (engine/kernel_table.h): size-1
+// dimensions dropped, neighbouring ones that both operands walk contiguously merged, so
+// the kernel spends one division per remaining dimension.
 inline i64 layout_size(int ndim, const i64* shape) {
   i64 size = 1;
   for (int d = 0; d < ndim; ++d) size *= shape[d];

@@ -1,6 +1,6 @@
 // Type-blind memory movement: strided copy and dtype casts.
 // Each output element depends on its own input only, so these are grid-stride loops
-// (launch.h: elementwise_blocks) with nothing to synchronise. Layouts are collapsed first
+// (launch.h: elementwise_blocks) with nothing to synchronise. Layouts are coalesced first
 // and indices decomposed with 32-bit division whenever every index and offset fits; a copy
 // that is contiguous on both sides is one device-to-device copy.
 #include "kernels/cuda/entries.cuh"
@@ -66,7 +66,7 @@ __global__ void cast_kernel(const void* src, int src_dtype, void* dst, int dst_d
 using namespace memory_impl;
 
 void strided_copy(const CopyLayout& layout, const void* src, void* dst, int elem_size) {
-  const CopyLayout l = launch::collapse(layout);
+  const CopyLayout l = coalesce(layout);
   const i64 n = launch::layout_size(l.ndim, l.shape);
   if (n == 0) return;
   // Both sides contiguous (the common "make contiguous of an already contiguous range"

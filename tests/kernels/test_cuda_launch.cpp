@@ -67,7 +67,7 @@ TEST_CASE("cuda launch: reduction splits cover the axis exactly and depend on th
 namespace {
 
 // Every (offset_0, offset_1) pair of an index space, in row-major order: the plain
-// odometer, independent of collapse_dims.
+// odometer, independent of coalesce.
 std::vector<std::pair<i64, i64>> walk(int ndim, const i64* shape, const i64* s0, const i64* s1) {
   std::vector<std::pair<i64, i64>> out;
   i64 size = 1;
@@ -87,7 +87,7 @@ std::vector<std::pair<i64, i64>> walk(int ndim, const i64* shape, const i64* s0,
 
 }  // namespace
 
-TEST_CASE("cuda launch: collapsing a layout keeps every offset pair and their order") {
+TEST_CASE("coalescing a layout keeps every offset pair and their order") {
   // contiguous 3-d: one dimension
   BroadcastLayout contiguous{};
   contiguous.ndim = 3;
@@ -97,7 +97,7 @@ TEST_CASE("cuda launch: collapsing a layout keeps every offset pair and their or
     contiguous.stride_a[d] = strides[d];
     contiguous.stride_b[d] = strides[d];
   }
-  BroadcastLayout c = collapse(contiguous);
+  BroadcastLayout c = coalesce(contiguous);
   CHECK(c.ndim == 1);
   CHECK(c.shape[0] == 120);
   CHECK(c.stride_a[0] == 1);
@@ -108,14 +108,14 @@ TEST_CASE("cuda launch: collapsing a layout keeps every offset pair and their or
   bias.shape[0] = 4096; bias.shape[1] = 256;
   bias.stride_a[0] = 256; bias.stride_a[1] = 1;
   bias.stride_b[0] = 0; bias.stride_b[1] = 1;
-  CHECK(collapse(bias).ndim == 2);
+  CHECK(coalesce(bias).ndim == 2);
 
   // a single element, any strides
   CopyLayout one{};
   one.ndim = 2;
   one.shape[0] = 1; one.shape[1] = 1;
   one.stride_src[0] = 7; one.stride_dst[1] = 3;
-  CopyLayout o = collapse(one);
+  CopyLayout o = coalesce(one);
   CHECK(o.ndim == 1);
   CHECK(o.shape[0] == 1);
 
@@ -134,7 +134,7 @@ TEST_CASE("cuda launch: collapsing a layout keeps every offset pair and their or
       l.stride_src[d] = kind == 0 ? l.stride_dst[d] : (kind == 1 ? 0 : i64(gen() % 50) - 10);
     }
     if (trial % 7 == 0) l.shape[gen() % unsigned(l.ndim)] = 0;  // an empty space stays empty
-    const CopyLayout k = collapse(l);
+    const CopyLayout k = coalesce(l);
     CHECK(k.ndim >= 1);
     CHECK(k.ndim <= l.ndim);
     CHECK(walk(k.ndim, k.shape, k.stride_src, k.stride_dst) == walk(l.ndim, l.shape, l.stride_src, l.stride_dst));
