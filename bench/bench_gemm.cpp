@@ -1,5 +1,7 @@
 // wedge's packed GEMM against OpenBLAS on the shapes the paper models run, side by side
-// in one run, as GFLOP/s and % of this machine's measured fp32 FMA peak.
+// in one run, as GFLOP/s and % of this machine's measured fp32 FMA peak; and wedge's bf16
+// GEMM (Precision::BF16: operands rounded to bf16, fp32 accumulation) on the same shapes,
+// as % of the measured vdpbf16ps peak, where the CPU has AVX-512-BF16.
 //
 // Run it with OpenBLAS forced onto its AVX-512 kernels:
 //
@@ -16,7 +18,7 @@
 //   4096 x 30522 x  256   the vocabulary projection (logits)
 //    256 x   256 x 4096   a weight gradient over all tokens (TN)
 //    128 x   128 x   64   attention scores per head, batched over 128 heads (and P V)
-// After the benchmarks a table lists both libraries' GFLOP/s per shape and the ratio.
+// After the benchmarks a table lists the GFLOP/s per shape and the ratios.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 #include <immintrin.h>
@@ -45,6 +47,12 @@ double measure_peak_gflops() {
 }
 
 double g_peak_gflops = 0;
+double g_bf16_peak_gflops = 0;  // 0: no AVX-512-BF16
+
+enum class Library { Wedge, WedgeBf16, OpenBLAS };
+const char* library_name(Library l) {
+  return l == Library::Wedge ? "wedge" : l == Library::WedgeBf16 ? "wedge-bf16" : "openblas";
+}
 
 // ---- the shapes ---------------------------------------------------------------------------
 
@@ -116,9 +124,11 @@ GemmArgs<float> args_for(const Shape& s, Operands& ops) {
 
 std::map<std::string, std::map<std::string, double>> g_results;  // shape -> library -> GFLOP/s
 
-void run_gemm(benchmark::State& state, const Shape& shape, bool openblas) {
+void run_gemm(benchmark::State& state, const Shape& shape, Library library) {
   Operands& ops = operands_for(shape);
-  const GemmArgs<float> g = args_for(shape, ops);
+  GemmArgs<float> g = args_for(shape, ops);
+  const bool openblas = library == Library::OpenBLAS;
+  if (library == Library::WedgeBf16) g.precision = Precision::BF16;
   // OpenBLAS's threads keep spinning for a while after each call, and on a machine with
   // few cores they would steal time from whatever runs next: let them go idle first.
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -136,8 +146,7 @@ void run_gemm(benchmark::State& state, const Shape& shape, bool openblas) {
   const double flops = 2.0 * static_cast<double>(shape.m * shape.n * shape.k * shape.batch);
   state.counters["GFLOPS"] =
       benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(std::string(openblas ? "openblas" : "wedge") + " " +
-                 std::to_string(num_threads()) + "t");
+  state.SetLabel(std::string(library_name(library)) + " " + std::to_string(num_threads()) + "t");
 }
 
 // Adds "% peak" and remembers each rate for the closing side-by-side table.
@@ -149,8 +158,9 @@ class PeakReporter : public benchmark::ConsoleReporter {
       auto it = run.counters.find("GFLOPS");
       if (it == run.counters.end() || run.error_occurred) continue;
       const double rate = it->second.value;  // already divided by the time
-      run.counters["% peak"] = benchmark::Counter(100.0 * rate / g_peak_gflops);
       const std::string name = run.benchmark_name();
+      const bool bf16 = name.rfind("wedge-bf16/", 0) == 0;
+      run.counters["% peak"] = benchmark::Counter(100.0 * rate / (bf16 ? g_bf16_peak_gflops : g_peak_gflops));
       const auto slash = name.find('/');
       const std::string shape = name.substr(slash + 1, name.find('/', slash + 1) - slash - 1);
       g_results[shape][name.substr(0, slash)] = rate;
@@ -169,16 +179,23 @@ int main(int argc, char** argv) {
               coretype ? "" : "  <-- set OPENBLAS_CORETYPE=SkylakeX for a fair comparison");
   std::printf("wedge: %s, %d threads\n", cpu_backend_name(), num_threads());
   g_peak_gflops = measure_peak_gflops();
-  std::printf("measured fp32 FMA peak: %.1f GFLOP/s on %d threads\n\n", g_peak_gflops,
-              num_threads());
+  std::printf("measured fp32 FMA peak: %.1f GFLOP/s on %d threads\n", g_peak_gflops, num_threads());
+  std::vector<Library> libraries = {Library::Wedge, Library::OpenBLAS};
+  if (bf16_path() == Bf16Path::Avx512Bf16) {
+    g_bf16_peak_gflops = wedge::bench::measure_bf16_peak_gflops(0);
+    std::printf("measured bf16 vdpbf16ps peak: %.1f GFLOP/s on %d threads; bf16 GEMM: %s\n\n", g_bf16_peak_gflops,
+                num_threads(), bf16_gemm_description());
+    libraries.insert(libraries.begin() + 1, Library::WedgeBf16);
+  } else {
+    std::printf("bf16 GEMM: %s (no bf16 rows)\n\n", bf16_gemm_description());
+  }
 
   for (const Shape& s : kShapes) {
     const std::string shape = std::string(s.label) + " " + std::to_string(s.m) + "x" +
                               std::to_string(s.n) + "x" + std::to_string(s.k);
-    for (bool openblas : {false, true}) {
-      benchmark::RegisterBenchmark(
-          (std::string(openblas ? "openblas/" : "wedge/") + shape).c_str(),
-          [s, openblas](benchmark::State& st) { run_gemm(st, s, openblas); })
+    for (Library library : libraries) {
+      benchmark::RegisterBenchmark((std::string(library_name(library)) + "/" + shape).c_str(),
+                                   [s, library](benchmark::State& st) { run_gemm(st, s, library); })
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime()
           ->MinTime(0.3);
@@ -187,13 +204,18 @@ int main(int argc, char** argv) {
   PeakReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
 
-  std::printf("\n%-34s %12s %12s %8s %9s\n", "shape (M x N x K)", "wedge GF/s", "openblas", "ratio",
-              "% peak");
+  std::printf("\n%-34s %11s %11s %8s %9s", "shape (M x N x K)", "wedge GF/s", "openblas", "ratio", "% peak");
+  if (g_bf16_peak_gflops > 0) std::printf(" %11s %9s %9s %10s", "bf16 GF/s", "/ fp32", "/ openblas", "% bf16 pk");
+  std::printf("\n");
   for (const auto& [shape, libs] : g_results) {
-    const auto w = libs.find("wedge"), o = libs.find("openblas");
+    const auto w = libs.find("wedge"), o = libs.find("openblas"), h = libs.find("wedge-bf16");
     if (w == libs.end() || o == libs.end()) continue;
-    std::printf("%-34s %12.1f %12.1f %7.2fx %8.1f%%\n", shape.c_str(), w->second, o->second,
-                w->second / o->second, 100.0 * w->second / g_peak_gflops);
+    std::printf("%-34s %11.1f %11.1f %7.2fx %8.1f%%", shape.c_str(), w->second, o->second, w->second / o->second,
+                100.0 * w->second / g_peak_gflops);
+    if (h != libs.end())
+      std::printf(" %11.1f %8.2fx %9.2fx %9.1f%%", h->second, h->second / w->second, h->second / o->second,
+                  100.0 * h->second / g_bf16_peak_gflops);
+    std::printf("\n");
   }
   benchmark::Shutdown();
   return 0;

@@ -1,5 +1,5 @@
-// The machine's measured fp32 peak: independent FMA chains on every thread at once, the
-// denominator of every "% of peak" the benchmarks print.
+// The machine's measured peaks: independent FMA (fp32) or vdpbf16ps (bf16) chains on every
+// thread at once, the denominators of every "% of peak" the benchmarks print.
 #pragma once
 
 #include <immintrin.h>
@@ -43,23 +43,49 @@ __attribute__((target("avx2,fma"))) inline float fma_loop_avx2(long iterations) 
   return out[0];
 }
 
-// GFLOP/s of FMAs on `threads` pool threads at once (0: the whole pool), best of 5.
-inline double measure_fma_peak_gflops(bool avx512, int threads) {
+// The bf16 peak: vdpbf16ps does 16 lanes x 2 multiply-adds (64 flops) per instruction.
+__attribute__((target("avx512f,avx512bf16"))) inline float dpbf16_loop(long iterations) {
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(0.001f * static_cast<float>(i));
+  __m512bh x = reinterpret_cast<__m512bh>(_mm512_set1_epi32(0x3f803f80));  // (1, 1)
+  const __m512bh y = reinterpret_cast<__m512bh>(_mm512_set1_epi32(0x33d633d6));  // ~1e-7
+  for (long it = 0; it < iterations; ++it) {
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], x, y);
+    asm volatile("" : "+v"(x));  // one operand the compiler cannot see through
+  }
+  float out[16];
+  __m512 s = acc[0];
+  for (int i = 1; i < 16; ++i) s = _mm512_add_ps(s, acc[i]);
+  _mm512_storeu_ps(out, s);
+  return out[0];
+}
+
+// GFLOP/s of `loop` (flops_per_iteration each) on `threads` pool threads at once (0: the
+// whole pool), best of 5.
+template <typename Loop>
+double measure_loop_gflops(Loop loop, double flops_per_iteration, int threads) {
   const long iterations = 20'000'000;
-  const double flops = avx512 ? 16.0 * 16 * 2 : 12.0 * 8 * 2;
   const int team = threads > 0 ? threads : num_threads();
   double best = 0;
   for (int trial = 0; trial < 5; ++trial) {
     std::vector<float> sink(static_cast<std::size_t>(team));
     const auto start = std::chrono::steady_clock::now();
-    parallel_team(team, [&](int tid, int) {
-      sink[static_cast<std::size_t>(tid)] = avx512 ? fma_loop_avx512(iterations) : fma_loop_avx2(iterations);
-    });
+    parallel_team(team, [&](int tid, int) { sink[static_cast<std::size_t>(tid)] = loop(iterations); });
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     asm volatile("" : : "r"(sink.data()) : "memory");  // keep the loops
-    best = std::max(best, team * iterations * flops / s / 1e9);
+    best = std::max(best, team * iterations * flops_per_iteration / s / 1e9);
   }
   return best;
 }
+
+// GFLOP/s of FMAs on `threads` pool threads at once (0: the whole pool), best of 5.
+inline double measure_fma_peak_gflops(bool avx512, int threads) {
+  if (avx512) return measure_loop_gflops(fma_loop_avx512, 16.0 * 16 * 2, threads);
+  return measure_loop_gflops(fma_loop_avx2, 12.0 * 8 * 2, threads);
+}
+
+// GFLOP/s of vdpbf16ps (call only on a CPU with AVX-512-BF16), as above.
+inline double measure_bf16_peak_gflops(int threads) { return measure_loop_gflops(dpbf16_loop, 16.0 * 32 * 2, threads); }
 
 }  // namespace wedge::bench

@@ -38,8 +38,17 @@ using i64 = std::int64_t;
 //   act == None: C = h
 //   act == Gelu: aux = h (aux is laid out like C: ldc, stride_c), C = gelu(h), the exact
 //                erf form (so the backward, bias_act_backward, can use h)
+//
+// Precision (float tables only; double ignores it): F32 multiplies the operands as they
+// are. BF16 is mixed precision: every element of op(A) and op(B) is first rounded to
+// bfloat16 (round to nearest even; bf16_round in kernels/ref/bf16.h gives the exact
+// rule), the products of the rounded values are summed in fp32, and alpha, beta, C, the
+// bias and the activation stay fp32. A product of two bf16 values is exact in fp32, so
+// a BF16 result differs from the fp32 sum of the rounded operands only by the order of
+// the fp32 additions.
 enum class Trans : std::uint8_t { N, T };
 enum class Activation : std::uint8_t { None, Gelu };
+enum class Precision : std::uint8_t { F32, BF16 };
 template <typename T>
 struct GemmArgs {
   Trans trans_a = Trans::N, trans_b = Trans::N;
@@ -52,6 +61,7 @@ struct GemmArgs {
   const T* bias = nullptr;
   Activation act = Activation::None;
   T* aux = nullptr;
+  Precision precision = Precision::F32;
   bool has_epilogue() const { return bias != nullptr || act != Activation::None; }
 };
 

@@ -138,7 +138,7 @@ void pack_a_panels(const SgemmMicroKernel& mk, const GemmBlocking& blk, const Ma
   const i64 r = first * mk.mr;
   mk.pack_a(pr.a + (row0 + r) * pr.a_row_stride + p0 * pr.a_col_stride, pr.a_row_stride,
             pr.a_col_stride, std::min(rows, last * mk.mr) - r, kc, next_kc,
-            block + first * mk.mr * kc);
+            block + first * mk.mr * panel_depth(mk, kc));
 }
 
 // The inner three loops: every tile of a packed A block [a_first, a_last) panels times
@@ -146,7 +146,8 @@ void pack_a_panels(const SgemmMicroKernel& mk, const GemmBlocking& blk, const Ma
 void compute_block(const SgemmMicroKernel& mk, const GemmBlocking& blk, const MatrixProblem& pr,
                    const float* a_block, i64 row0, i64 rows, i64 a_first, i64 a_last, i64 p0,
                    i64 kc, i64 col0, i64 col1, float beta) {
-  const i64 b_floats = ceil_div(std::min(blk.nc, col1 - col0), mk.nr) * mk.nr * kc;
+  const i64 depth = panel_depth(mk, kc);
+  const i64 b_floats = ceil_div(std::min(blk.nc, col1 - col0), mk.nr) * mk.nr * depth;
   // Prefetch the next k slice only when this B block is the last one before it (the same
   // columns come back right after; with several B blocks the data would be evicted first).
   const i64 next_kc =
@@ -161,12 +162,12 @@ void compute_block(const SgemmMicroKernel& mk, const GemmBlocking& blk, const Ma
     for (i64 ap = a_first; ap < a_last; ++ap) {
       const i64 i = ap * mk.mr;
       const int m_valid = static_cast<int>(std::min<i64>(mk.mr, rows - i));
-      const float* a_panel = a_block + ap * mk.mr * kc;
+      const float* a_panel = a_block + ap * mk.mr * depth;
       float* c_row = pr.c + (row0 + i) * pr.ldc;
       for (i64 bpanel = 0; bpanel < b_panels; ++bpanel) {
         const i64 j = jc + bpanel * mk.nr;
         const int n_valid = static_cast<int>(std::min<i64>(mk.nr, col1 - j));
-        mk.kernel(kc, a_panel, b_block + bpanel * mk.nr * kc, c_row + j, pr.ldc, m_valid, n_valid,
+        mk.kernel(depth, a_panel, b_block + bpanel * mk.nr * depth, c_row + j, pr.ldc, m_valid, n_valid,
                   pr.alpha, beta);
         if (last_slice) finish_tile(mk, pr, row0 + i, j, m_valid, n_valid);
       }
@@ -206,9 +207,10 @@ void matrix_rows_streaming(const SgemmMicroKernel& mk, const GemmBlocking& blk,
     const i64 kc = std::min(blk.kc, pr.k - p0);
     const float beta = p0 == 0 ? pr.beta : 1.0f;
     const bool last_slice = pr.has_epilogue() && p0 + kc == pr.k;
-    float* b_block = t_b_block.get(static_cast<std::size_t>(b_panels * mk.nr * kc));
+    const i64 depth = panel_depth(mk, kc);
+    float* b_block = t_b_block.get(static_cast<std::size_t>(b_panels * mk.nr * depth));
     mk.pack_b(pr.b + p0 * pr.b_row_stride, pr.b_row_stride, pr.b_col_stride, kc, 0, pr.n, b_block);
-    float* a_panel = t_a_block[0].get(static_cast<std::size_t>(mk.mr * kc));
+    float* a_panel = t_a_block[0].get(static_cast<std::size_t>(mk.mr * depth));
     for (i64 ap = 0; ap < a_panels; ++ap) {
       const i64 i = ap * mk.mr;
       const int m_valid = static_cast<int>(std::min<i64>(mk.mr, rows - i));
@@ -219,7 +221,7 @@ void matrix_rows_streaming(const SgemmMicroKernel& mk, const GemmBlocking& blk,
         prefetch_a_panel(mk, pr, row0 + i + mk.mr, rows - i - mk.mr, p0, kc, bp, b_panels);
         const i64 j = bp * mk.nr;
         const int n_valid = static_cast<int>(std::min<i64>(mk.nr, pr.n - j));
-        mk.kernel(kc, a_panel, b_block + bp * mk.nr * kc, c_row + j, pr.ldc, m_valid, n_valid,
+        mk.kernel(depth, a_panel, b_block + bp * mk.nr * depth, c_row + j, pr.ldc, m_valid, n_valid,
                   pr.alpha, beta);
         if (last_slice) finish_tile(mk, pr, row0 + i, j, m_valid, n_valid);
       }
@@ -244,7 +246,7 @@ void matrix_split_rows(const SgemmMicroKernel& mk, const GemmBlocking& blk, cons
     const i64 a_panels = ceil_div(mc, mk.mr);
     for (i64 p0 = 0; p0 < pr.k; p0 += blk.kc) {
       const i64 kc = std::min(blk.kc, pr.k - p0);
-      float* a_block = t_a_block[0].get(static_cast<std::size_t>(a_panels * mk.mr * kc));
+      float* a_block = t_a_block[0].get(static_cast<std::size_t>(a_panels * mk.mr * panel_depth(mk, kc)));
       pack_a_panels(mk, blk, pr, my_row0 + ic, mc, p0, kc, 0, a_panels, a_block);
       compute_block(mk, blk, pr, a_block, my_row0 + ic, mc, 0, a_panels, p0, kc, 0, pr.n,
                     p0 == 0 ? pr.beta : 1.0f);
@@ -344,7 +346,8 @@ void tile_epilogue_scalar(float* c, i64 ldc, int m_valid, int n_valid, const flo
 
 GemmBlocking default_blocking(const SgemmMicroKernel& mk) {
   GemmBlocking blk;
-  blk.kc = 384;
+  // 384 slots of depth: 384 values of k in fp32 panels, 768 in bf16 pairs (the same bytes).
+  blk.kc = 384 * mk.k_per_slot;
   // The B block (kc x nc) stays in a core's L2 while every A panel streams past it.
   blk.nc = mk.nr * 15;
   // A block rows, a multiple of mr: kc x mc floats, shared through L3.
@@ -407,7 +410,8 @@ void sgemm_packed(const SgemmMicroKernel& mk, const GemmBlocking& blk, const Gem
     } else if (split_rows) {
       parallel_team(team, [&](int tid, int size) { matrix_split_rows(mk, blk, pr, tid, size); });
     } else {
-      const i64 a_floats = ceil_div(std::min(blk.mc, pr.m), mk.mr) * mk.mr * std::min(blk.kc, pr.k);
+      const i64 a_floats =
+          ceil_div(std::min(blk.mc, pr.m), mk.mr) * mk.mr * panel_depth(mk, std::min(blk.kc, pr.k));
       float* shared_a[2] = {t_a_block[0].get(static_cast<std::size_t>(a_floats)),
                             t_a_block[1].get(static_cast<std::size_t>(a_floats))};
       Barrier barrier(team);

@@ -11,6 +11,12 @@
 namespace wedge::kernels::cpu {
 
 // One instruction set's register tile and packers.
+//
+// Panels are arrays of 32-bit slots. An fp32 kernel keeps one k per slot; a bf16 kernel
+// (k_per_slot 2) keeps the pair of bf16 values at k = 2s and 2s + 1 in slot s (the low
+// half holds the even k: the VNNI pair layout that vdpbf16ps and AMX multiply), so a
+// panel over kc values of k is depth = ceil(kc / k_per_slot) slots deep and an odd kc
+// ends in a slot whose high half is zero. The descriptions below count in slots.
 //   A panel: op(A) rows [i, i+mr) x columns [p0, p0+kc), stored k-major: panel[p*mr + r],
 //            rows beyond the matrix are zero (so edge tiles compute on zeros).
 //   B panel: op(B) rows [p0, p0+kc) x columns [j, j+nr), stored k-major: panel[p*nr + c],
@@ -23,9 +29,13 @@ namespace wedge::kernels::cpu {
 struct SgemmMicroKernel {
   const char* name;
   int mr, nr;
-  void (*kernel)(i64 kc, const float* ap, const float* bp, float* c, i64 ldc, int m_valid,
+  // k values per panel slot: 1 (fp32 panels) or 2 (bf16 pairs).
+  int k_per_slot;
+  // `depth` slots of each panel (the A panel as float slots, read as the kernel's type).
+  void (*kernel)(i64 depth, const float* ap, const float* bp, float* c, i64 ldc, int m_valid,
                  int n_valid, float alpha, float beta);
-  // Packs rows [0, rows) of op(A) into ceil(rows / mr) panels. Element (r, p) of op(A)
+  // Packs rows [0, rows) of op(A) into ceil(rows / mr) panels (kc and next_kc count k
+  // values; each panel is panel_depth(kc) slots deep). Element (r, p) of op(A)
   // is a[r * row_stride + p * col_stride]; exactly one of the strides is 1 (A
   // untransposed: col_stride 1; transposed: row_stride 1). next_kc is the depth of the
   // next k slice of the same rows (0 if none): the packer may prefetch it into L2, so that
@@ -43,6 +53,11 @@ struct SgemmMicroKernel {
                    Activation act, float* aux);
 };
 
+// Slots of one panel over kc values of k.
+inline i64 panel_depth(const SgemmMicroKernel& mk, i64 kc) {
+  return (kc + mk.k_per_slot - 1) / mk.k_per_slot;
+}
+
 // A portable epilogue (scalar loops), for micro-kernels without a vector one.
 void tile_epilogue_scalar(float* c, i64 ldc, int m_valid, int n_valid, const float* bias,
                           Activation act, float* aux);
@@ -58,6 +73,9 @@ struct GemmBlocking {
 // when the CPU supports the instruction set.
 const SgemmMicroKernel& sgemm_avx512_microkernel();
 const SgemmMicroKernel& sgemm_avx2_microkernel();
+// The bf16 micro-kernel (Precision::BF16; fp32 operands rounded to bf16 while packing), in
+// gemm_avx512bf16.cpp: call only when the CPU has AVX-512-BF16.
+const SgemmMicroKernel& bf16_avx512_microkernel();
 
 // Blocking tuned for a micro-kernel (measured; see README.md).
 GemmBlocking default_blocking(const SgemmMicroKernel& mk);

@@ -37,6 +37,11 @@ bool has_avx2() {
   return yes;
 }
 
+bool has_avx512_bf16() {
+  static const bool yes = has_avx512() && __builtin_cpu_supports("avx512bf16");
+  return yes;
+}
+
 // The micro-kernel wedge's GEMM uses on this CPU, or nullptr without AVX2.
 const SgemmMicroKernel* best_sgemm_microkernel() {
   if (has_avx512()) return &sgemm_avx512_microkernel();
@@ -153,6 +158,18 @@ void dgemm_openblas(const GemmArgs<double>& g) {
 // ---- wedge -----------------------------------------------------------------------------------
 
 void sgemm_wedge(const GemmArgs<float>& args, int threads) {
+  if (args.precision == Precision::BF16) {
+    if (bf16_path() == Bf16Path::Avx512Bf16) {
+      const cpu::SgemmMicroKernel& mk = cpu::bf16_avx512_microkernel();
+      static const cpu::GemmBlocking blocking = cpu::default_blocking(mk);
+      cpu::sgemm_packed(mk, blocking, args, threads);
+      return;
+    }
+    GemmArgs<float> fp32 = args;
+    fp32.precision = Precision::F32;
+    sgemm_wedge(fp32, threads);
+    return;
+  }
   if (const cpu::SgemmMicroKernel* mk = cpu::best_sgemm_microkernel()) {
     static const cpu::GemmBlocking blocking = cpu::default_blocking(*mk);
     cpu::sgemm_packed(*mk, blocking, args, threads);
@@ -193,10 +210,55 @@ std::atomic<GemmBackend>& backend_state() {
 void set_gemm_backend(GemmBackend backend) { backend_state().store(backend); }
 GemmBackend gemm_backend() { return backend_state().load(std::memory_order_relaxed); }
 
+// ---- the bf16 path ----------------------------------------------------------------------------
+
+Bf16Path parse_bf16_path(const char* name) {
+  if (name && strcasecmp(name, "avx512-bf16") == 0) return Bf16Path::Avx512Bf16;
+  if (name && strcasecmp(name, "fp32") == 0) return Bf16Path::Fp32;
+  throw std::invalid_argument(std::string("unknown bf16 GEMM path '") + (name ? name : "") +
+                              "' (expected avx512-bf16 or fp32)");
+}
+
+const char* bf16_path_name(Bf16Path path) { return path == Bf16Path::Avx512Bf16 ? "avx512-bf16" : "fp32"; }
+
+namespace {
+
+// The best path at or below `wanted` that this CPU can run.
+Bf16Path runnable(Bf16Path wanted) {
+  if (wanted == Bf16Path::Avx512Bf16 && cpu::has_avx512_bf16()) return Bf16Path::Avx512Bf16;
+  return Bf16Path::Fp32;
+}
+
+Bf16Path initial_bf16_path() {
+  if (const char* env = std::getenv("WEDGE_BF16_GEMM"); env && *env) {
+    try {
+      return runnable(parse_bf16_path(env));
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "wedge: WEDGE_BF16_GEMM: %s; using the default\n", e.what());
+    }
+  }
+  return runnable(Bf16Path::Avx512Bf16);
+}
+
+std::atomic<Bf16Path>& bf16_state() {
+  static std::atomic<Bf16Path> state{initial_bf16_path()};
+  return state;
+}
+
+}  // namespace
+
+void set_bf16_path(Bf16Path path) { bf16_state().store(runnable(path)); }
+Bf16Path bf16_path() { return bf16_state().load(std::memory_order_relaxed); }
+
+const char* bf16_gemm_description() {
+  if (bf16_path() == Bf16Path::Avx512Bf16) return "avx512-bf16 14x32 (vdpbf16ps)";
+  return cpu::has_avx512_bf16() ? "fp32 (bf16 instructions turned off)" : "fp32 (this CPU has no bf16 instructions)";
+}
+
 namespace cpu {
 
 void sgemm_selected(const GemmArgs<float>& args) {
-  if (gemm_backend() == GemmBackend::OpenBLAS)
+  if (gemm_backend() == GemmBackend::OpenBLAS && args.precision == Precision::F32)
     sgemm_openblas(args);
   else
     sgemm_wedge(args);

@@ -10,6 +10,8 @@ namespace wedge::kernels::cpu {
 // files are compiled for.
 bool has_avx512();
 bool has_avx2();
+// AVX-512 (as above) with the BF16 extension.
+bool has_avx512_bf16();
 
 // The float32 gemm entry of the CPU table: wedge's or OpenBLAS's, per gemm_backend().
 void sgemm_selected(const GemmArgs<float>& args);

@@ -2,8 +2,12 @@
 //   C_b[i,j] = alpha * sum_p op(A_b)[i,p] * op(B_b)[p,j] + beta * C_b[i,j]
 // followed by the epilogue of a linear layer (kernels.h): + bias[j], then GELU keeping
 // the pre-activation in aux. bias_act_backward is the epilogue's backward.
+// Under Precision::BF16 (float only) each operand element is rounded to bf16 as it is read:
+// the oracle of every mixed-precision GEMM.
 #include <cmath>
+#include <type_traits>
 
+#include "kernels/ref/bf16.h"
 #include "kernels/ref/ref.h"
 
 namespace wedge::kernels::ref {
@@ -35,11 +39,13 @@ void gemm(const GemmArgs<T>& g) {
     const T* B = g.b + b * g.stride_b;
     T* C = g.c + b * g.stride_c;
     // op(A)[i,p]: A is stored m x k (row i, column p) or, transposed, k x m.
+    const bool bf16 = std::is_same_v<T, float> && g.precision == Precision::BF16;
+    auto operand = [bf16](T x) { return bf16 ? T(bf16_round(float(x))) : x; };
     auto a_at = [&](i64 i, i64 p) {
-      return g.trans_a == Trans::N ? A[i * g.lda + p] : A[p * g.lda + i];
+      return operand(g.trans_a == Trans::N ? A[i * g.lda + p] : A[p * g.lda + i]);
     };
     auto b_at = [&](i64 p, i64 j) {
-      return g.trans_b == Trans::N ? B[p * g.ldb + j] : B[j * g.ldb + p];
+      return operand(g.trans_b == Trans::N ? B[p * g.ldb + j] : B[j * g.ldb + p]);
     };
     for (i64 i = 0; i < g.m; ++i) {
       for (i64 j = 0; j < g.n; ++j) {

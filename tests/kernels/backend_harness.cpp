@@ -318,6 +318,7 @@ GemmArgs<T> bound(const GemmArgs<float>& g, const T* a, const T* b, T* c, const 
   r.batch = g.batch;
   r.bias = bias;
   r.act = g.act;
+  r.precision = g.precision;
   r.aux = aux;
   return r;
 }
@@ -370,7 +371,7 @@ std::vector<GemmCase> harness_gemm_cases(bool large, bool full) {
 }
 
 template <typename T>
-void check_gemm(Suite<T>& s, const std::vector<GemmCase>& cases) {
+void check_gemm(Suite<T>& s, const std::vector<GemmCase>& cases, Precision precision = Precision::F32) {
   std::uint64_t seed = 100;
   for (const GemmCase& cs : cases) {
     const GemmShape& sh = cs.shape;
@@ -380,6 +381,7 @@ void check_gemm(Suite<T>& s, const std::vector<GemmCase>& cases) {
         GemmArgs<float> g = layout.args;
         g.alpha = cs.alpha;
         g.beta = cs.beta;
+        g.precision = precision;
         if (cs.broadcast_a) g.stride_a = 0;
         if (cs.broadcast_b) g.stride_b = 0;
         const i64 a_count = cs.broadcast_a ? layout.a_size : layout.a_size * g.batch;
@@ -468,7 +470,7 @@ EpilogueShapes harness_epilogue_shapes(bool large, bool full) {
 // an element not written, or C read where beta == 0 says it must not be, shows up; the
 // padding columns of C and aux must stay as they were.
 template <typename T>
-void check_gemm_epilogue(Suite<T>& s, const std::vector<EpilogueCase>& cases) {
+void check_gemm_epilogue(Suite<T>& s, const std::vector<EpilogueCase>& cases, Precision precision = Precision::F32) {
   std::uint64_t seed = 150;
   for (const EpilogueCase& cs : cases) {
     const GemmShape& sh = cs.shape;
@@ -479,6 +481,7 @@ void check_gemm_epilogue(Suite<T>& s, const std::vector<EpilogueCase>& cases) {
     g.alpha = cs.batch == 1 ? 1.0f : 0.7f;
     g.beta = cs.beta;
     g.act = cs.epi == Epi::Bias ? Activation::None : Activation::Gelu;
+    g.precision = precision;
     if (cs.batch != 1) g.stride_b = 0;
     const std::size_t c_count = std::size_t(layout.c_size * cs.batch);
     auto A = random_floats(std::size_t(std::max<i64>(layout.a_size * cs.batch, 1)), seed++);
@@ -1578,19 +1581,24 @@ template void run_backend_harness(const Backend<float>&);
 template void run_backend_harness(const Backend<double>&);
 
 template <typename T>
-void run_gemm_checks(const Backend<T>& backend, const std::vector<GemmShape>& shapes) {
+void run_gemm_checks(const Backend<T>& backend, const std::vector<GemmShape>& shapes, Precision precision) {
   Suite<T> s{backend};
-  if (shapes.empty()) {
+  if (shapes.empty() && precision == Precision::F32) {
     run_check(Check::gemm, s);
     return;
   }
-  check_gemm(s, gemm_cases(shapes, false));
+  if (shapes.empty()) {  // the harness's own shapes, in the given precision
+    check_gemm(s, harness_gemm_cases(s.large(), s.full()), precision);
+    check_gemm_epilogue(s, epilogue_cases(harness_epilogue_shapes(s.large(), s.full())), precision);
+    return;
+  }
+  check_gemm(s, gemm_cases(shapes, false), precision);
   EpilogueShapes split;
   for (const GemmShape& sh : shapes) (sh.m * sh.n * sh.k <= (i64(1) << 20) ? split.every : split.linear).push_back(sh);
-  check_gemm_epilogue(s, epilogue_cases(split));
+  check_gemm_epilogue(s, epilogue_cases(split), precision);
 }
-template void run_gemm_checks(const Backend<float>&, const std::vector<GemmShape>&);
-template void run_gemm_checks(const Backend<double>&, const std::vector<GemmShape>&);
+template void run_gemm_checks(const Backend<float>&, const std::vector<GemmShape>&, Precision);
+template void run_gemm_checks(const Backend<double>&, const std::vector<GemmShape>&, Precision);
 
 }  // namespace wedge::kernels::harness
 

@@ -27,8 +27,11 @@ void run_backend_harness(const Backend<T>& backend);
 struct GemmShape {
   i64 m, n, k;
 };
+// In Precision::BF16 the reference rounds the operands as the backend must, so the same
+// fp32-accumulation tolerance applies.
 template <typename T>
-void run_gemm_checks(const Backend<T>& backend, const std::vector<GemmShape>& shapes = {});
+void run_gemm_checks(const Backend<T>& backend, const std::vector<GemmShape>& shapes = {},
+                     Precision precision = Precision::F32);
 
 // A GEMM's sizes and row-major layout: leading dimensions padded by `pad`, one whole
 // matrix per batch entry (a caller that broadcasts an operand sets its stride to 0). The
