@@ -1,6 +1,11 @@
 // matmul and linear: every product becomes one (batched) GEMM call. A transposed view
 // (the stride pattern a permute/transpose leaves) is passed to the GEMM as Trans::T
 // instead of being copied, so backward's A^T dC and dC B^T cost no extra memory traffic.
+// Every GEMM runs in the thread's matmul_precision() (engine/precision.h); a backward runs
+// its GEMMs in the precision its forward ran in.
+#include <type_traits>
+
+#include "engine/precision.h"
 #include "ops/common.h"
 #include "ops/ops.h"
 
@@ -17,6 +22,12 @@ struct Operand {
   std::int64_t ld = 0;
   std::int64_t batch_stride = 0;  // 0: one matrix shared by the whole batch
 };
+
+// The precision of this thread's products: bf16 applies to float GEMMs only.
+template <typename T>
+kernels::Precision gemm_precision() {
+  return std::is_same_v<T, float> ? matmul_precision() : kernels::Precision::F32;
+}
 
 // Views x (..., rows, cols) as `batch` matrices. Copies only when the layout cannot be
 // described by (trans, ld, one batch stride).
@@ -76,6 +87,7 @@ Tensor gemm_forward(const std::string& op, const Tensor& a, const Tensor& b, con
     g.ldc = n;
     g.stride_c = m * n;
     g.batch = batch;
+    g.precision = gemm_precision<T>();
     need(op, table<T>(op, a).gemm, a)(g);
   });
   return out;
@@ -114,7 +126,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   } else {
     out = gemm_forward("matmul", a, b, out_shape, batch, b_shared);
   }
-  return record_op(out, "matmul", {a, b}, [sa = saved(a), sb = saved(b), b_shared](const Tensor& g) -> std::vector<Tensor> {
+  return record_op(out, "matmul", {a, b}, [sa = saved(a), sb = saved(b), b_shared,
+                                          precision = matmul_precision()](const Tensor& g) -> std::vector<Tensor> {
+    MatmulPrecisionGuard as_forward(precision);
     // C = A B  =>  dA = dC B^T,  dB = A^T dC (summed over the batch when B was shared).
     Tensor ga = matmul(g, transpose(sb, -1, -2));
     Tensor gb;
@@ -170,6 +184,7 @@ void linear_forward(const std::string& op, const Tensor& x2, const Tensor& w, co
     g.bias = b.defined() ? b.data<T>() : nullptr;
     g.act = act;
     g.aux = aux.defined() ? aux.data<T>() : nullptr;
+    g.precision = gemm_precision<T>();
     need(op, table<T>(op, x2).gemm, x2)(g);
   });
 }
@@ -206,8 +221,9 @@ Tensor linear_act(const std::string& op, const Tensor& x, const Tensor& weight, 
   linear_forward(op, x2, w, bias, act, out, aux);
   const bool has_bias = bias.defined();
   return record_op(out, op, {x, weight, bias},
-                   [op, sx = saved(x2), sw = saved(w), saux = saved(aux), act, has_bias, in,
-                    outf](const Tensor& g) -> std::vector<Tensor> {
+                   [op, sx = saved(x2), sw = saved(w), saux = saved(aux), act, has_bias, in, outf,
+                    precision = matmul_precision()](const Tensor& g) -> std::vector<Tensor> {
+                     MatmulPrecisionGuard as_forward(precision);
                      auto [gh, gb] = epilogue_backward(op, act, saux, reshape(g, {-1, outf}), has_bias);
                      Tensor x2 = reshape(sx, {-1, in});
                      Tensor gx = reshape(matmul(gh, sw), sx.shape());  // dX = dH W

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "kernels/cpu/cpu.h"
 #include "kernels/tables.h"
 #include "ops/ops.h"
 #include "tools/commands.h"
@@ -26,8 +27,8 @@ void register_ops_command(CLI::App& app) {
     }
     const bool cuda_built = kernels::compiled_kernel_table(static_cast<int>(DeviceKind::CUDA)) != nullptr;
     const bool cuda_present = kernels::device_usable(static_cast<int>(DeviceKind::CUDA));
-    fmt::print("\n{} ops, {} kernels. CPU kernels: {}. CUDA: {}.\n", ops::registry().size(), kernels::kernel_count,
-               kernels::cpu_backend_name(),
+    fmt::print("\n{} ops, {} kernels. CPU kernels: {}; bf16 GEMM: {}. CUDA: {}.\n", ops::registry().size(),
+               kernels::kernel_count, kernels::cpu_backend_name(), kernels::bf16_gemm_description(),
                !cuda_built     ? "not built (no nvcc at configure time)"
                : cuda_present  ? "built in, device present"
                                : "built in, no device found (the cuda column lists the compiled kernels)");

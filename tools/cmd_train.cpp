@@ -126,6 +126,9 @@ void register_train(CLI::App& app) {
   cmd->add_option("--threads", st->threads, "CPU threads (0: all cores)")->capture_default_str();
   cmd->add_option("--out", st->out, "Run directory (checkpoints, config, metrics)")->required();
   cmd->add_option("--device", st->device, "cpu or cuda[:N]")->capture_default_str();
+  cmd->add_option("--precision", st->precision, "Precision of the matrix products: fp32, or bf16 (mixed precision: GEMM operands rounded to bfloat16, fp32 accumulation, fp32 weights, optimizer and every other op)" " (a resumed run keeps its own)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   cmd->add_flag("--resume", st->resume, "Continue the run in --out exactly where it stopped");
   cmd->add_flag("--overwrite", st->overwrite, "Replace the run already in --out (without it, such a folder is refused)")
       ->excludes("--resume");
@@ -223,7 +226,10 @@ void register_eval(CLI::App& app) {
   auto batch = std::make_shared<std::int64_t>(16);
   auto json = std::make_shared<bool>(false);
   auto device = std::make_shared<std::string>("cpu");
+  auto precision = std::make_shared<std::string>();
   cmd->add_option("--device", *device, "cpu or cuda[:N]")->capture_default_str();
+  cmd->add_option("--precision", *precision, "Precision of the matrix products: fp32, or bf16 (mixed precision: GEMM operands rounded to bfloat16, fp32 accumulation, fp32 weights, optimizer and every other op)" "; default: the precision the run was trained in")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->add_option("--run", *run_dir, "Run directory written by `wedge train`")->required();
   cmd->add_option("--split", *split, "valid or test (a classifier: valid is its selection split)")
       ->check(CLI::IsMember({"valid", "test", "train"}))
@@ -235,6 +241,8 @@ void register_eval(CLI::App& app) {
   cmd->callback([=] {
     if (is_nli_run(*run_dir)) return eval_nli_run(*run_dir, *which, *split, spec->data_dir, *batch, *json, *device);
     LoadedRun run = load_run(*run_dir, *which, Device::parse(*device));
+    const MatmulPrecisionGuard precision_scope(
+        parse_precision(precision->empty() ? json_field(run.settings, "precision", std::string("fp32")) : *precision));
     CorpusSpec s = corpus_spec_of(run);
     if (!spec->data_dir.empty()) s.data_dir = spec->data_dir;
     s.load_train = *split == "train";
@@ -244,7 +252,13 @@ void register_eval(CLI::App& app) {
     EvalResult ev = evaluate(*run.model, corpus.split(*split), block, *batch);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (*json)
-      fmt::print("{}\n", nlohmann::json{{"split", *split}, {"ppl", ev.ppl}, {"nll", ev.nll}, {"tokens", ev.tokens}, {"seconds", secs}}.dump());
+      fmt::print("{}\n", nlohmann::json{{"split", *split},
+                                        {"ppl", ev.ppl},
+                                        {"nll", ev.nll},
+                                        {"tokens", ev.tokens},
+                                        {"seconds", secs},
+                                        {"precision", precision_name(matmul_precision())}}
+                             .dump());
     else
       fmt::print("{} {} perplexity {:.3f} (mean NLL {:.4f} over {} predicted tokens, {:.1f}s)\n", corpus.name, *split, ev.ppl, ev.nll,
                  ev.tokens, secs);
@@ -413,10 +427,14 @@ void register_bench_step(CLI::App& app) {
   auto threads = std::make_shared<int>(0);
   auto json = std::make_shared<bool>(false);
   auto device = std::make_shared<std::string>("cpu");
+  auto precision = std::make_shared<std::string>("fp32");
   auto nli = std::make_shared<NliFlags>();
   add_model_flags(*cmd, *flags);
   add_nli_flags(cmd, *nli);
   cmd->add_option("--device", *device, "cpu or cuda[:N]")->capture_default_str();
+  cmd->add_option("--precision", *precision, "Precision of the matrix products: fp32, or bf16 (mixed precision: GEMM operands rounded to bfloat16, fp32 accumulation, fp32 weights, optimizer and every other op)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   cmd->add_option("--batch", *batch, "Sequences per step")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   cmd->add_option("--steps", *steps, "Timed steps")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   cmd->add_option("--warmup-steps", *warmup, "Untimed steps first")->check(CLI::Range(0, 1 << 20))->capture_default_str();
@@ -424,6 +442,7 @@ void register_bench_step(CLI::App& app) {
   cmd->add_flag("--json", *json, "Print one JSON object");
   cmd->callback([=] {
     if (*threads > 0) set_num_threads(*threads);
+    const MatmulPrecisionGuard precision_scope(parse_precision(*precision));
     if (nli->task == "nli") {
       check_task_flags(cmd, "nli");
       return bench_nli_step(nli_config(cmd, *flags, *nli), flags->values.vocab_size, *batch, *steps, *warmup, *json,
@@ -463,10 +482,14 @@ void register_bench_step(CLI::App& app) {
                               {"batch", B},                {"block", L},
                               {"threads", num_threads()},  {"steps", *steps},
                               {"device", dev.str()},
+                              {"precision", precision_name(matmul_precision())},
+                              {"kernels", precision_description(matmul_precision(), dev)},
                               {"step_ms", median},         {"tokens_per_s", tps},
                               {"peak_rss_mb", peak_rss_mb()}};
     if (*json) fmt::print("{}\n", j.dump());
-    else fmt::print("{}: median step {:.1f} ms, {:.0f} tokens/s, peak RSS {:.0f} MB ({} threads)\n", cfg.model, median, tps, peak_rss_mb(), num_threads());
+    else
+      fmt::print("{}: median step {:.1f} ms, {:.0f} tokens/s, peak RSS {:.0f} MB ({} threads, {})\n", cfg.model, median, tps,
+                 peak_rss_mb(), num_threads(), precision_description(matmul_precision(), dev));
   });
 }
 

@@ -48,7 +48,8 @@ nlohmann::json TrainSettings::to_json() const {
           {"seed", seed},
           {"max_steps", max_steps},
           {"eval_every", eval_every},
-          {"device", device}};
+          {"device", device},
+          {"precision", precision}};
   corpus.write_to(j);
   return j;
 }
@@ -137,6 +138,8 @@ void adopt_recorded_settings(TrainSettings& st, const nlohmann::json& t, const T
   st.seed = json_field(t, "seed", st.seed);
   if (given.max_steps < 0) st.max_steps = json_field(t, "max_steps", st.max_steps);
   st.eval_every = json_field(t, "eval_every", st.eval_every);
+  // runs from before mixed precision were fp32
+  st.precision = json_field(t, "precision", std::string("fp32"));
 }
 
 }  // namespace
@@ -155,6 +158,8 @@ void TrainSettings::validate(const std::string& config_file) const {
   if (max_steps == 0 || max_steps < -1) bad("--max-steps", "-1 (no limit) or at least 1", max_steps);
   if (eval_every == 0 || eval_every < -1) bad("--eval-every", "-1 (at epoch ends only) or at least 1", eval_every);
   if (stop_after == 0 || stop_after < -1) bad("--stop-after", "-1 (no limit) or at least 1", stop_after);
+  if (precision != "fp32" && precision != "bf16")
+    throw std::invalid_argument(fmt::format("{} is '{}'; it must be fp32 or bf16", name("--precision"), precision));
 }
 
 TrainResult train(const models::LMConfig& config_in, const TrainSettings& settings_in) {
@@ -209,13 +214,16 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   for (const std::string& note : corpus.notes) say("data: " + note);
 
   const Device device = Device::parse(st.device);
+  // Every product of the run (training and evaluation) in the run's precision.
+  const Precision precision = parse_precision(st.precision);
+  const MatmulPrecisionGuard precision_scope(precision);
   models::check_model_memory(config, models::ModelUse::training);
   auto model = models::make_model(config);
   model->to(device);
   model->train();
   const std::int64_t n_params = model->num_parameters();
-  say(fmt::format("model: {} - {} layers, d {}, d_ff {}, {} parameters, on {}", config.model, config.layers, config.d_model,
-                  config.d_ff, n_params, device.str()));
+  say(fmt::format("model: {} - {} layers, d {}, d_ff {}, {} parameters, on {}, {}", config.model, config.layers,
+                  config.d_model, config.d_ff, n_params, device.str(), precision_description(precision, device)));
 
   const data::LmBatcher batcher(corpus.train, static_cast<std::size_t>(st.block), static_cast<std::size_t>(st.batch), 0);
   const auto per_epoch = static_cast<std::int64_t>(batcher.train_batches_per_epoch());

@@ -44,6 +44,7 @@ struct TrainSettings {
   bool json = false;
   bool quiet_samples = false;
   std::string device = "cpu";  // cpu | cuda | cuda:N
+  std::string precision = "fp32";  // fp32 | bf16 (engine/precision.h); a resumed run keeps its own
 
   nlohmann::json to_json() const;
   // Range checks, each naming the flag, or the field of `config_file` for a resumed run.

@@ -12,6 +12,8 @@
 
 #include <unistd.h>
 
+#include "kernels/cpu/cpu.h"
+
 namespace wedge::tools {
 
 namespace {
@@ -30,6 +32,12 @@ extern "C" void on_sigint(int) {
 InterruptScope::InterruptScope() : previous_(std::signal(SIGINT, on_sigint)) { g_interrupted.store(false); }
 InterruptScope::~InterruptScope() { std::signal(SIGINT, previous_); }
 bool interrupt_requested() { return g_interrupted.load(); }
+
+std::string precision_description(Precision precision, const Device& device) {
+  if (precision == Precision::F32) return "fp32";
+  if (device.is_cpu()) return fmt::format("bf16 (GEMM: {})", kernels::bf16_gemm_description());
+  return "bf16 (GEMM: cuBLAS on bf16 operands)";
+}
 
 Device module_device(const Module& m) {
   const auto params = m.parameters();

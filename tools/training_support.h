@@ -10,6 +10,7 @@
 
 #include "engine/module.h"
 #include "engine/optim.h"
+#include "engine/precision.h"
 #include "engine/safetensors.h"
 
 namespace wedge::tools {
@@ -29,6 +30,10 @@ class InterruptScope {
 bool interrupt_requested();
 // The exit status of a run stopped by Ctrl-C (128 + SIGINT, as a shell reports it).
 inline constexpr int kInterruptedExitStatus = 130;
+
+// What `precision` means on `device`, for start-up lines: "fp32", or "bf16 (GEMM: <the
+// kernel path the device's bf16 products take>)".
+std::string precision_description(Precision precision, const Device& device);
 
 // The device of a module's first parameter (CPU for a module without parameters).
 Device module_device(const Module& m);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/autograd.h"
+#include "engine/precision.h"
 #include "ops/ops.h"
 
 #include "models/audit.h"
@@ -262,4 +263,29 @@ TEST_CASE("SheafStateLM's chain over patches stays finite when its weights are l
   for (int t = 0; t < 23; ++t) ids.push_back((t * 7) % 23);
   const auto logits = model->forward(Tensor::from_vector(ids, {1, 23})).to_vector<float>();
   for (float v : logits) REQUIRE(std::isfinite(v));
+}
+
+TEST_CASE("in bf16 mixed precision every model passes the audit and the leaky variants are still caught") {
+  // Rounding the GEMM operands must not open a path from later tokens: the same bit-exact
+  // perturbation and zero-gradient checks, every product in bf16 (forward and backward).
+  const MatmulPrecisionGuard bf16(Precision::BF16);
+  for (const char* kind : {"transformer", "grassmann"}) {
+    CAPTURE(kind);
+    const auto r = audit(small(kind), 24);
+    CHECK_MESSAGE(r.passed, r.summary());
+    CHECK(r.gradients_checked > 0);
+  }
+  LMConfig sheaf = small_sheaf();
+  sheaf.patch = 5;  // L not a multiple of P
+  std::vector<std::int64_t> all;
+  for (std::int64_t t = 0; t <= 21; ++t) all.push_back(t);
+  const auto r = audit(sheaf, 23, all);
+  CHECK_MESSAGE(r.passed, r.summary());
+
+  LMConfig leaky = small("grassmann");
+  leaky.leaky = true;
+  CHECK_FALSE(audit(leaky, 24).passed);
+  LMConfig leaky_sheaf = small_sheaf();
+  leaky_sheaf.leaky = true;
+  CHECK_FALSE(audit(leaky_sheaf, 24).passed);
 }

@@ -183,6 +183,9 @@ TEST_CASE("a bad flag is one `error:` line naming it, and exit status 1") {
            {"generate --run x --prompt a --max-new-tokens -1", "--max-new-tokens"},
            {"eval --run x --batch -1", "--batch"},
            {"bench-step --batch 0", "--batch"},
+           {"bench-step --precision fp16", "--precision"},
+           {"eval --run x --precision half", "--precision"},
+           {"train --out /nonexistent/x --precision int8", "--precision"},
            {"params --model grassmann --rank 300 --d-model 256", "--rank"}}) {
     CAPTURE(args);
     const Run r = run(args);
@@ -336,5 +339,39 @@ TEST_CASE("a full disk stops the run with one error line; the previous checkpoin
   CHECK(slurp(out + "/last.safetensors") == last);
   CHECK(slurp(out + "/config.json") == config);
   for (const auto& e : fs::directory_iterator(out)) CHECK(e.path().string().find(".tmp") == std::string::npos);
+  fs::remove_all(out);
+}
+
+TEST_CASE("--precision bf16: the startup line names the GEMM path; bench-step's JSON reports it; forcing fp32 is said") {
+  if (!fs::exists(WEDGE_CLI)) {
+    MESSAGE("wedge binary not built; skipped");
+    return;
+  }
+  const std::string out = temp_dir("bf16");
+  Run t = run("train --out " + out + " " + kTiny + " --max-steps 6 --precision bf16");
+  REQUIRE(t.status == 0);
+  CHECK(t.out.find(", bf16 (GEMM: ") != std::string::npos);
+  std::ifstream config(out + "/config.json");
+  const std::string text((std::istreambuf_iterator<char>(config)), std::istreambuf_iterator<char>());
+  CHECK(text.find("\"precision\": \"bf16\"") != std::string::npos);
+  // eval runs in the run's precision unless told otherwise
+  Run e = run("eval --run " + out + " --json");
+  CHECK(e.status == 0);
+  CHECK(e.out.find("\"precision\":\"bf16\"") != std::string::npos);
+  Run e32 = run("eval --run " + out + " --json --precision fp32");
+  CHECK(e32.out.find("\"precision\":\"fp32\"") != std::string::npos);
+  Run b = run("bench-step --layers 1 --d-model 16 --d-ff 32 --heads 2 --block 16 --batch 2 --steps 1 --warmup-steps 0 "
+              "--precision bf16 --json");
+  REQUIRE(b.status == 0);
+  CHECK(b.out.find("\"precision\":\"bf16\"") != std::string::npos);
+  CHECK(b.out.find("\"kernels\":\"bf16 (GEMM: ") != std::string::npos);
+  // the fallback forced through the environment is reported as such
+  Run forced = shell("WEDGE_BF16_GEMM=fp32 " + std::string(WEDGE_CLI) +
+                     " bench-step --layers 1 --d-model 16 --d-ff 32 --heads 2 --block 16 --batch 2 --steps 1 "
+                     "--warmup-steps 0 --precision bf16 --json");
+  REQUIRE(forced.status == 0);
+  CHECK(forced.out.find("\"kernels\":\"bf16 (GEMM: fp32 ") != std::string::npos);
+  Run ops = shell("WEDGE_BF16_GEMM=fp32 " + std::string(WEDGE_CLI) + " ops");
+  CHECK(ops.out.find("bf16 GEMM: fp32 (") != std::string::npos);
   fs::remove_all(out);
 }

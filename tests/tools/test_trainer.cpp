@@ -86,6 +86,38 @@ TEST_CASE("an interrupted and resumed run reproduces the uninterrupted run step 
   }
 }
 
+TEST_CASE("a bf16 run: it learns, records its precision, and resumes exactly in bf16") {
+  for (const char* kind : {"transformer", "grassmann", "sheaf"}) {
+    INFO(std::string(kind));
+    const std::string a = temp_dir(std::string("bf16_whole_") + kind), b = temp_dir(std::string("bf16_split_") + kind),
+                      c = temp_dir(std::string("fp32_") + kind);
+    TrainSettings whole = settings(a, 10);
+    whole.precision = "bf16";
+    train(tiny(kind), whole);
+    TrainSettings first = settings(b, 10);
+    first.precision = "bf16";
+    first.stop_after = 4;
+    CHECK(train(tiny(kind), first).interrupted);
+    TrainSettings second = settings(b, -1);
+    second.resume = true;  // precision "fp32" by default here: the run's own bf16 must win
+    CHECK(train(models::LMConfig{}, second).steps == 10);
+    train(tiny(kind), settings(c, 10));
+    const auto la = step_losses(a), lb = step_losses(b), lc = step_losses(c);
+    REQUIRE(la.size() == 10);
+    REQUIRE(lb.size() == 10);
+    REQUIRE(lc.size() == 10);
+    for (int i = 0; i < 10; ++i) CHECK_MESSAGE(la[i] == lb[i], "step " << i + 1);
+    // bf16 is not fp32: the losses differ from the first step's update on, but only a little
+    CHECK(la[9] != lc[9]);
+    CHECK(std::fabs(la[9] - lc[9]) < 0.05 * lc[9]);
+    std::ifstream config(a + "/config.json");
+    CHECK(nlohmann::json::parse(config).at("train").at("precision") == "bf16");
+    fs::remove_all(a);
+    fs::remove_all(b);
+    fs::remove_all(c);
+  }
+}
+
 TEST_CASE("save -> load gives identical logits; generation is deterministic for a seed") {
   const std::string out = temp_dir("reload");
   train(tiny("grassmann"), settings(out, 5));
