@@ -25,6 +25,11 @@ using T = float;
 // a separate epilogue pass (bias, GELU, aux). gemm falls back to it where cuBLASLt offers
 // no algorithm; the tests also call it directly.
 void gemm_unfused(const GemmArgs<float>& args);
+// bf16.cu: fp32 rounded to bfloat16 bit patterns (kernels/ref/bf16.h float_to_bf16, bit for
+// bit): dst[to] = bf16(src[from]) over a strided layout (strides in elements, either side),
+// or over n contiguous elements. The Precision::BF16 GEMM rounds its operands with it.
+void round_to_bf16(const CopyLayout& layout, const float* src, std::uint16_t* dst);
+void round_to_bf16(const float* src, std::uint16_t* dst, i64 n);
 // reduce.cu: column sums used by other kernels' second stages: y[o, j] = sum_i x[o, i, j]
 // (fixed order).
 void sum_middle_axis(const float* x, float* y, i64 outer, i64 n, i64 inner);

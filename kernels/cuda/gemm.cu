@@ -19,12 +19,20 @@
 //     gh = gy * gelu'(h) from the h kept in aux; the bias gradient is the column sum over
 //     rows, handed to reduce.cu's deterministic column sums (never atomics).
 //
-// FP32 throughout (the cuBLAS handle's default math mode; CUBLAS_COMPUTE_32F for cuBLASLt,
-// never the TF32 compute types), so results match the CPU within float rounding. cuBLAS
-// and cuBLASLt give the same bits on every run for the same shapes (and operand
-// alignments) on the same GPU and toolkit, so GEMM is deterministic too. The hand-written
-// GEMM ladder that explains what cuBLAS does lives in bench/cuda/gemm_ladder.cu.
+// Precision::F32 (the default) is FP32 throughout (the cuBLAS handle's default math mode;
+// CUBLAS_COMPUTE_32F for cuBLASLt, never the TF32 compute types), so results match the CPU
+// within float rounding. Precision::BF16 is mixed precision: bf16.cu first rounds every
+// element of op(A) and op(B) to bf16 (the reference's rule, bit for bit) into scratch
+// copies, and cuBLAS / cuBLASLt multiply the copies as CUDA_R_16BF on the tensor cores with
+// CUBLAS_COMPUTE_32F: products of bf16 values are exact in fp32 and are summed in fp32 into
+// the fp32 C; alpha, beta, C, the bias and the GELU stay fp32, and the epilogue is the same
+// in both precisions (plain GEMM: cublasGemmEx / cublasGemmStridedBatchedEx). cuBLAS and
+// cuBLASLt give the same bits on every run for the same shapes (and operand alignments) on
+// the same GPU and toolkit, so GEMM is deterministic too. The hand-written GEMM ladder that
+// explains what cuBLAS does lives in bench/cuda/gemm_ladder.cu.
 #include <climits>
+#include <cstdint>
+#include <optional>
 
 #include "kernels/cuda/entries.cuh"
 
@@ -95,6 +103,87 @@ __global__ void gelu_backward_kernel(const float* aux, const float* gy, float* g
   for (i64 i = global_thread(); i < n; i += grid_threads()) gh[i] = gy[i] * gelu_derivative(aux[i]);
 }
 
+// The operands the column-major product reads. F32: A and B themselves. BF16: copies of
+// them rounded to bf16 by bf16.cu, in scratch borrowed for the duration of the call (the
+// product is queued before the object goes, and the stream keeps the order).
+//
+// Each operand is copied as the mapped GEMM stores it (rows x cols, column-major, leading
+// dimension ld, the transpose flag unchanged), so the mapping and the cuBLAS calls are the
+// same as in fp32; only the leading dimensions and batch strides become the copies'. A copy
+// is dense except that its leading dimension is rounded up to kBf16LdAlign elements: every
+// column, and every matrix of a batch, then starts on a 16-byte boundary, which the bf16
+// tensor-core kernels want. The padding is neither written nor read. A batch that broadcasts
+// an operand (stride 0) copies that one matrix once and keeps stride 0; otherwise every
+// matrix is copied through its own stride, so any stride (even overlapping matrices) reads
+// exactly what the fp32 GEMM would.
+//
+// In the host emulation the rounded copies are widened back to floats (bf16 is the top
+// half of a float, so this is exact) for column_major_gemm_host, and g's operand pointers
+// are redirected to them: the emulated product multiplies exactly the bf16 values the
+// conversion kernel wrote, laid out as cuBLAS would read them.
+constexpr i64 kBf16LdAlign = 8;
+
+class GemmOperands {
+ public:
+  // Under BF16, rewrites g's leading dimensions and batch strides of A and B (and, in the
+  // emulation, the pointers) to those of the copies.
+  GemmOperands(launch::ColumnMajorGemm& g, Precision precision)
+      : bf16_(precision == Precision::BF16), a_(g.a), b_(g.b) {
+    if (!bf16_) return;
+    a_ = round_operand(g.a, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.batch, g.lda, g.stride_a, a_copy_);
+    b_ = round_operand(g.b, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.batch, g.ldb, g.stride_b, b_copy_);
+#if defined(WEDGE_CUDA_EMULATE)
+    g.a = widen(*a_copy_, g.lda, g.stride_a, g.trans_a ? g.m : g.k, g.batch, a_wide_);
+    g.b = widen(*b_copy_, g.ldb, g.stride_b, g.trans_b ? g.k : g.n, g.batch, b_wide_);
+#endif
+  }
+  GemmOperands(const GemmOperands&) = delete;
+  GemmOperands& operator=(const GemmOperands&) = delete;
+
+  bool bf16() const { return bf16_; }
+  const void* a() const { return a_; }  // float (F32) or bf16 bits (BF16)
+  const void* b() const { return b_; }
+  std::size_t elem_size() const { return bf16_ ? sizeof(std::uint16_t) : sizeof(float); }
+
+ private:
+  // Copies one stored operand into `copy`, rounded; updates ld and stride to the copy's.
+  static const void* round_operand(const float* src, i64 rows, i64 cols, i64 batch, i64& ld, i64& stride,
+                                   std::optional<Scratch<std::uint16_t>>& copy) {
+    const i64 copies = batch > 1 && stride != 0 ? batch : 1;
+    const i64 copy_ld = launch::round_up(rows, kBf16LdAlign), copy_stride = copy_ld * cols;
+    copy.emplace(copies * copy_stride);
+    CopyLayout l;
+    l.ndim = 3;
+    l.shape[0] = copies, l.shape[1] = cols, l.shape[2] = rows;
+    l.stride_src[0] = stride, l.stride_src[1] = ld, l.stride_src[2] = 1;
+    l.stride_dst[0] = copy_stride, l.stride_dst[1] = copy_ld, l.stride_dst[2] = 1;
+    round_to_bf16(l, src, copy->get());
+    ld = copy_ld;
+    stride = copies > 1 ? copy_stride : 0;
+    return copy->get();
+  }
+#if defined(WEDGE_CUDA_EMULATE)
+  static const float* widen(const Scratch<std::uint16_t>& copy, i64 ld, i64 stride, i64 cols, i64 batch,
+                            std::vector<float>& wide) {
+    const i64 count = (stride != 0 ? batch : 1) * ld * cols;
+    wide.resize(static_cast<std::size_t>(count));
+    for (i64 i = 0; i < count; ++i) {
+      const std::uint32_t bits = std::uint32_t{copy.get()[i]} << 16;
+      std::memcpy(&wide[static_cast<std::size_t>(i)], &bits, sizeof(float));
+    }
+    return wide.data();
+  }
+#endif
+
+  bool bf16_;
+  const void* a_;
+  const void* b_;
+  std::optional<Scratch<std::uint16_t>> a_copy_, b_copy_;
+#if defined(WEDGE_CUDA_EMULATE)
+  std::vector<float> a_wide_, b_wide_;
+#endif
+};
+
 #if !defined(WEDGE_CUDA_EMULATE)
 
 int to_int(i64 value, const char* what) {
@@ -105,12 +194,30 @@ int to_int(i64 value, const char* what) {
   return static_cast<int>(value);
 }
 
-// The plain GEMM: C = alpha op(A) op(B) + beta C, no epilogue.
-void cublas_gemm(const launch::ColumnMajorGemm& g) {
+// The plain GEMM: C = alpha op(A) op(B) + beta C, no epilogue. The operands are ops's
+// (bf16 copies under BF16: cublasGemmEx with CUDA_R_16BF operands, an fp32 C and fp32
+// accumulation; the default math mode lets it use the tensor cores).
+void cublas_gemm(const launch::ColumnMajorGemm& g, const GemmOperands& ops) {
   const cublasOperation_t op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int m = to_int(g.m, "m"), n = to_int(g.n, "n"), k = to_int(g.k, "k");
   const int lda = to_int(g.lda, "lda"), ldb = to_int(g.ldb, "ldb"), ldc = to_int(g.ldc, "ldc");
+  if (ops.bf16()) {
+    if (g.batch == 1) {
+      ::wedge::cuda::check_cublas(cublasGemmEx(::wedge::cuda::cublas(), op_a, op_b, m, n, k, &g.alpha, ops.a(),
+                                               CUDA_R_16BF, lda, ops.b(), CUDA_R_16BF, ldb, &g.beta, g.c,
+                                               CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                                  "cublasGemmEx (bf16)");
+    } else {
+      ::wedge::cuda::check_cublas(
+          cublasGemmStridedBatchedEx(::wedge::cuda::cublas(), op_a, op_b, m, n, k, &g.alpha, ops.a(), CUDA_R_16BF,
+                                     lda, g.stride_a, ops.b(), CUDA_R_16BF, ldb, g.stride_b, &g.beta, g.c,
+                                     CUDA_R_32F, ldc, g.stride_c, to_int(g.batch, "batch"), CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT),
+          "cublasGemmStridedBatchedEx (bf16)");
+    }
+    return;
+  }
   if (g.batch == 1) {
     ::wedge::cuda::check_cublas(cublasSgemm(::wedge::cuda::cublas(), op_a, op_b, m, n, k, &g.alpha, g.a, lda, g.b,
                                             ldb, &g.beta, g.c, ldc),
@@ -148,9 +255,10 @@ void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, co
   ::wedge::cuda::check_cublas(cublasLtMatmulDescSetAttribute(desc, attr, value, size), what);
 }
 
-void make_layout(LtLayout& l, i64 rows, i64 cols, i64 ld, i64 batch, i64 stride, const char* what) {
+void make_layout(LtLayout& l, cudaDataType_t type, i64 rows, i64 cols, i64 ld, i64 batch, i64 stride,
+                 const char* what) {
   ::wedge::cuda::check_cublas(
-      cublasLtMatrixLayoutCreate(&l.layout, CUDA_R_32F, static_cast<std::uint64_t>(rows),
+      cublasLtMatrixLayoutCreate(&l.layout, type, static_cast<std::uint64_t>(rows),
                                  static_cast<std::uint64_t>(cols), static_cast<std::int64_t>(ld)),
       what);
   if (batch > 1) {
@@ -166,25 +274,29 @@ void make_layout(LtLayout& l, i64 rows, i64 cols, i64 ld, i64 batch, i64 stride,
 }
 
 // The algorithm cuBLASLt's heuristic picks depends on the problem (shapes, strides,
-// transposes, epilogue, beta == 0, in place or not) and the promised alignments, never on
-// anything else; it is looked up once per distinct problem and kept, so the same shape
-// always runs the same kernel and repeated calls skip the heuristic.
+// transposes, epilogue, beta == 0, in place or not, the operands' precision) and the
+// promised alignments, never on anything else; it is looked up once per distinct problem
+// and kept, so the same shape always runs the same kernel and repeated calls skip the
+// heuristic.
 using LtKey = std::tuple<bool, bool, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, bool, bool, bool, unsigned,
-                         unsigned, unsigned, unsigned, unsigned>;
+                         unsigned, unsigned, unsigned, unsigned, bool>;
 struct LtChoice {
   bool found = false;
   cublasLtMatmulAlgo_t algo{};
 };
 
 // D = alpha op(A) op(B) + beta C + bias (g.bias may be null; g.d may differ from g.c, laid
-// out alike). Returns false (having queued nothing) when cuBLASLt offers no algorithm.
-bool lt_gemm(const launch::ColumnMajorGemm& g) {
+// out alike), A and B read from ops (CUDA_R_16BF copies under BF16; C, D, the bias, alpha,
+// beta and the accumulation stay fp32). Returns false (having queued nothing) when
+// cuBLASLt offers no algorithm.
+bool lt_gemm(const launch::ColumnMajorGemm& g, const GemmOperands& ops) {
   const cublasOperation_t op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   // beta == 0: C is not read, so D is handed over as C too (an in-place product).
   const float* c = g.beta == 0.0f ? g.d : g.c;
-  const unsigned align_a = launch::gemm_alignment_bytes(g.a, g.batch > 1 ? g.stride_a : 0, sizeof(float));
-  const unsigned align_b = launch::gemm_alignment_bytes(g.b, g.batch > 1 ? g.stride_b : 0, sizeof(float));
+  const unsigned align_a = launch::gemm_alignment_bytes(ops.a(), g.batch > 1 ? g.stride_a : 0, ops.elem_size());
+  const unsigned align_b = launch::gemm_alignment_bytes(ops.b(), g.batch > 1 ? g.stride_b : 0, ops.elem_size());
+  const cudaDataType_t operand_type = ops.bf16() ? CUDA_R_16BF : CUDA_R_32F;
   const unsigned align_c = launch::gemm_alignment_bytes(c, g.batch > 1 ? g.stride_c : 0, sizeof(float));
   const unsigned align_d = launch::gemm_alignment_bytes(g.d, g.batch > 1 ? g.stride_c : 0, sizeof(float));
   const unsigned align_bias = g.bias != nullptr ? launch::gemm_alignment_bytes(g.bias, 0, sizeof(float)) : 0u;
@@ -205,17 +317,18 @@ bool lt_gemm(const launch::ColumnMajorGemm& g) {
   }
 
   LtLayout la, lb, lc;
-  make_layout(la, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda, g.batch, g.stride_a,
+  make_layout(la, operand_type, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda, g.batch, g.stride_a,
               "cublasLtMatrixLayoutCreate(A)");
-  make_layout(lb, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb, g.batch, g.stride_b,
+  make_layout(lb, operand_type, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb, g.batch, g.stride_b,
               "cublasLtMatrixLayoutCreate(B)");
-  make_layout(lc, g.m, g.n, g.ldc, g.batch, g.stride_c, "cublasLtMatrixLayoutCreate(C, D)");
+  make_layout(lc, CUDA_R_32F, g.m, g.n, g.ldc, g.batch, g.stride_c, "cublasLtMatrixLayoutCreate(C, D)");
 
   static std::mutex mutex;
   static std::map<LtKey, LtChoice> choices;
   const LtKey key{g.trans_a, g.trans_b, g.m,          g.n,       g.k,           g.lda,     g.ldb,
                   g.ldc,     g.stride_a, g.stride_b,  g.stride_c, g.batch,      g.bias != nullptr,
-                  g.beta == 0.0f, c == g.d, align_a,  align_b,   align_c,       align_d,   align_bias};
+                  g.beta == 0.0f, c == g.d, align_a,  align_b,   align_c,       align_d,   align_bias,
+                  ops.bf16()};
   LtChoice choice;
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -257,7 +370,7 @@ bool lt_gemm(const launch::ColumnMajorGemm& g) {
   }
   if (!choice.found) return false;
   ::wedge::cuda::check_cublas(
-      cublasLtMatmul(::wedge::cuda::cublas_lt(), op.desc, &g.alpha, g.a, la.layout, g.b, lb.layout, &g.beta, c,
+      cublasLtMatmul(::wedge::cuda::cublas_lt(), op.desc, &g.alpha, ops.a(), la.layout, ops.b(), lb.layout, &g.beta, c,
                      lc.layout, g.d, lc.layout, &choice.algo, ::wedge::cuda::cublas_lt_workspace(),
                      ::wedge::cuda::kCublasLtWorkspaceBytes, ::wedge::cuda::stream()),
       "cublasLtMatmul");
@@ -265,6 +378,20 @@ bool lt_gemm(const launch::ColumnMajorGemm& g) {
 }
 
 #endif  // !WEDGE_CUDA_EMULATE
+
+// The plain product into C (g.bias and g.d ignored), then, when the GEMM has one, the
+// epilogue as a second pass: the unfused path, and the fused path's fallback.
+void product_then_epilogue(const GemmArgs<float>& args, launch::ColumnMajorGemm g, const GemmOperands& ops) {
+  g.bias = nullptr;
+  g.d = g.c;
+#if defined(WEDGE_CUDA_EMULATE)
+  (void)ops;  // g's operand pointers already are the widened bf16 copies under BF16
+  launch::column_major_gemm_host(g);
+#else
+  cublas_gemm(g, ops);
+#endif
+  if (args.has_epilogue()) launch_epilogue(args, EpilogueSource::C, args.bias);
+}
 
 }  // namespace gemm_impl
 
@@ -277,13 +404,8 @@ void gemm_unfused(const GemmArgs<float>& args) {
     return;
   }
   launch::ColumnMajorGemm g = launch::row_major_as_column_major(args);
-  g.bias = nullptr;
-#if defined(WEDGE_CUDA_EMULATE)
-  launch::column_major_gemm_host(g);
-#else
-  cublas_gemm(g);
-#endif
-  if (args.has_epilogue()) launch_epilogue(args, EpilogueSource::C, args.bias);
+  const GemmOperands ops(g, args.precision);
+  product_then_epilogue(args, g, ops);
 }
 
 void gemm(const GemmArgs<float>& args) {
@@ -291,12 +413,13 @@ void gemm(const GemmArgs<float>& args) {
   if (args.k <= 0 || !args.has_epilogue()) return gemm_unfused(args);
   // The product and the bias in one pass, into C, or into aux when a GELU follows.
   launch::ColumnMajorGemm g = launch::row_major_as_column_major(args);
+  const GemmOperands ops(g, args.precision);  // rounded once, also for the fallback
   const bool gelu_follows = args.act == Activation::Gelu;
   g.d = gelu_follows ? args.aux : args.c;
 #if defined(WEDGE_CUDA_EMULATE)
   launch::column_major_gemm_host(g);
 #else
-  if (!lt_gemm(g)) return gemm_unfused(args);
+  if (!lt_gemm(g, ops)) return product_then_epilogue(args, g, ops);
 #endif
   if (gelu_follows) launch_epilogue(args, EpilogueSource::Aux, nullptr);
 }

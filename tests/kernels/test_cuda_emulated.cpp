@@ -10,7 +10,13 @@
 // library's last bits, cuBLAS itself) is listed in kernels/cuda/README.md.
 #include <doctest/doctest.h>
 
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <vector>
+
 #include "backend_harness.h"
+#include "kernels/ref/bf16.h"
 
 #define WEDGE_CUDA_EMULATE 1
 // Every kernels/cuda/*.cu file, listed by CMake when it configures (a new kernel file is
@@ -89,6 +95,92 @@ TEST_CASE("host emulation: the unfused GEMM epilogue matches the reference") {
       harness::Backend<float>{"CUDA host emulation, unfused epilogue", harness::Family::cuda, &table, &memory, &host,
                               harness::Sizes::reduced});
   CHECK(host.bytes_in_use() == 0);
+}
+
+// Precision::BF16 on the CUDA backend: bf16.cu rounds op(A) and op(B) into bf16 copies,
+// the product (cuBLAS on the GPU, column_major_gemm_host here) multiplies the copies. The
+// reference rounds as it reads, so the fp32 tolerance applies; every transpose pair,
+// padded leading dimensions, batches, stride-0 broadcasts and the epilogue, fused and
+// unfused.
+TEST_CASE("host emulation: the CUDA GEMM in bf16 matches the reference (fused and unfused epilogue)") {
+  namespace emulated = wedge::kernels::cuda_emulated;
+  const wedge::kernels::MemoryTable memory = emulated::make_memory_table();
+  harness::HostMemory host;
+  wedge::kernels::KernelTable<float> table = emulated::make_table_f32();
+  harness::run_gemm_checks(harness::Backend<float>{"CUDA host emulation, bf16", harness::Family::cuda, &table, &memory,
+                                                   &host, harness::Sizes::reduced},
+                           {}, wedge::kernels::Precision::BF16);
+  table.gemm = emulated::gemm_unfused;
+  harness::run_gemm_checks(harness::Backend<float>{"CUDA host emulation, bf16, unfused epilogue", harness::Family::cuda,
+                                                   &table, &memory, &host, harness::Sizes::reduced},
+                           {}, wedge::kernels::Precision::BF16);
+  CHECK(host.bytes_in_use() == 0);
+}
+
+// The conversion kernel gives the reference's bits (kernels/ref/bf16.h float_to_bf16) for
+// every input class: zeros and subnormals (flushed), ties either way, the carry into the
+// exponent, the largest floats (to infinity), infinities, quiet and signalling NaNs of
+// either sign; then every bf16 value's neighbourhood (each top half with the low halves
+// that decide the rounding) and a million random bit patterns.
+TEST_CASE("host emulation: the CUDA bf16 conversion kernel rounds as the reference, bit for bit") {
+  namespace emulated = wedge::kernels::cuda_emulated;
+  using wedge::kernels::i64;
+  std::vector<std::uint32_t> bits = {
+      0x00000000u, 0x80000000u,                            // zeros
+      0x00000001u, 0x80000001u, 0x007fffffu, 0x807fffffu,  // subnormals, the smallest and largest
+      0x00800000u, 0x80800000u, 0x00808000u, 0x00818000u,  // the smallest normal, ties just above it
+      0x3f800000u, 0x3f808000u, 0x3f818000u,               // 1, a tie down to even, a tie up to even
+      0x3f807fffu, 0x3f808001u, 0xbf808000u, 0xbf818000u,  // either side of a tie, negative ties
+      0x3eaaaaabu, 0x40490fdbu, 0x3fffffffu, 0x3fff8000u,  // 1/3, pi, carries into the exponent
+      0x7f7f7fffu, 0x7f7f8000u, 0x7f7fffffu, 0xff7fffffu,  // the largest bf16, a tie past it, max float
+      0x7f800000u, 0xff800000u,                            // infinities
+      0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff800001u,  // quiet and signalling NaNs
+      0x7fbfffffu, 0x7fffffffu, 0xffffffffu, 0x7f80ffffu};
+  for (std::uint32_t top = 0; top <= 0xffffu; ++top) {
+    for (std::uint32_t low : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu}) bits.push_back(top << 16 | low);
+  }
+  std::mt19937 rng(20260302);
+  for (int i = 0; i < (1 << 20); ++i) bits.push_back(static_cast<std::uint32_t>(rng()));
+
+  std::vector<float> x(bits.size());
+  for (std::size_t i = 0; i < bits.size(); ++i) x[i] = wedge::kernels::ref::float_from_bits(bits[i]);
+  std::vector<std::uint16_t> y(bits.size(), 0x1234u);
+  emulated::round_to_bf16(x.data(), y.data(), i64(x.size()));
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < bits.size(); ++i) {
+    const std::uint16_t expected = wedge::kernels::ref::float_to_bf16(x[i]);
+    if (y[i] != expected && wrong++ < 10) {
+      char message[96];
+      std::snprintf(message, sizeof message, "bf16 of 0x%08x: got 0x%04x, expected 0x%04x", unsigned(bits[i]),
+                    unsigned(y[i]), unsigned(expected));
+      FAIL_CHECK(message);
+    }
+  }
+  CHECK(wrong == 0);
+
+  // The strided form, as the GEMM copies an operand: (batch, cols, rows) read through a
+  // padded leading dimension and batch stride, written densely with another padding, which
+  // stays untouched.
+  const i64 batch = 3, cols = 5, rows = 7, src_ld = 9, src_stride = 50, dst_ld = 8, dst_stride = 41;
+  std::vector<float> src(std::size_t(batch * src_stride));
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = x[i * 7919 % x.size()];
+  std::vector<std::uint16_t> dst(std::size_t(batch * dst_stride), 0xabcdu);
+  wedge::kernels::CopyLayout l;
+  l.ndim = 3;
+  l.shape[0] = batch, l.shape[1] = cols, l.shape[2] = rows;
+  l.stride_src[0] = src_stride, l.stride_src[1] = src_ld, l.stride_src[2] = 1;
+  l.stride_dst[0] = dst_stride, l.stride_dst[1] = dst_ld, l.stride_dst[2] = 1;
+  emulated::round_to_bf16(l, src.data(), dst.data());
+  std::vector<std::uint16_t> expected(dst.size(), 0xabcdu);
+  for (i64 b = 0; b < batch; ++b) {
+    for (i64 c = 0; c < cols; ++c) {
+      for (i64 r = 0; r < rows; ++r) {
+        expected[std::size_t(b * dst_stride + c * dst_ld + r)] =
+            wedge::kernels::ref::float_to_bf16(src[std::size_t(b * src_stride + c * src_ld + r)]);
+      }
+    }
+  }
+  CHECK(harness::bitwise_equal(dst, expected));
 }
 
 // The Adam chunks hand every element of every tensor to exactly one thread: each element
