@@ -24,21 +24,23 @@ GemmBackend gemm_backend();
 GemmBackend parse_gemm_backend(const char* name);
 
 // The path of Precision::BF16 GEMMs (GemmArgs::precision) on the CPU, best first:
+//   Amx         AMX tiles (gemm_amx.cpp): 32x32 register tile of four tdpbf16ps tiles; on
+//               Xeons with AMX-BF16 when Linux grants the process the tile state.
 //   Avx512Bf16  the vdpbf16ps micro-kernel (gemm_avx512bf16.cpp): operands rounded to bf16
 //               while packing, fp32 accumulation; on CPUs with AVX-512-BF16.
 //   Fp32        no bf16 instructions: the fp32 GEMM on the unrounded operands.
 // The default is the best the CPU has; the environment variable
-// WEDGE_BF16_GEMM=avx512-bf16|fp32 (or set_bf16_path) picks one, and a path the CPU lacks
+// WEDGE_BF16_GEMM=amx|avx512-bf16|fp32 (or set_bf16_path) picks one, and a path the CPU lacks
 // falls back to the next one down. Whichever GEMM backend is selected, BF16 GEMMs take
 // this path (OpenBLAS is fp32 only).
-enum class Bf16Path : std::uint8_t { Fp32, Avx512Bf16 };
+enum class Bf16Path : std::uint8_t { Fp32, Avx512Bf16, Amx };
 
 void set_bf16_path(Bf16Path path);
 Bf16Path bf16_path();
-// Parses "avx512-bf16" / "fp32" (case-insensitive); throws std::invalid_argument otherwise.
+// Parses "amx" / "avx512-bf16" / "fp32" (case-insensitive); throws std::invalid_argument otherwise.
 Bf16Path parse_bf16_path(const char* name);
 const char* bf16_path_name(Bf16Path path);
-// "avx512-bf16 14x32 (vdpbf16ps)" or "fp32 (this CPU has no bf16 instructions)": what a
+// "amx-bf16 32x32 (tdpbf16ps)", "avx512-bf16 14x32 (vdpbf16ps)" or "fp32 (this CPU has no bf16 instructions)": what a
 // BF16 GEMM runs now, for start-up lines.
 const char* bf16_gemm_description();
 

@@ -15,8 +15,11 @@ namespace wedge::kernels::cpu {
 // Panels are arrays of 32-bit slots. An fp32 kernel keeps one k per slot; a bf16 kernel
 // (k_per_slot 2) keeps the pair of bf16 values at k = 2s and 2s + 1 in slot s (the low
 // half holds the even k: the VNNI pair layout that vdpbf16ps and AMX multiply), so a
-// panel over kc values of k is depth = ceil(kc / k_per_slot) slots deep and an odd kc
-// ends in a slot whose high half is zero. The descriptions below count in slots.
+// panel over kc values of k is depth = ceil(kc / k_per_slot) slots deep (rounded up to a
+// multiple of depth_multiple) and an odd kc ends in a slot whose high half is zero. The
+// descriptions below count in slots. The layout inside a panel is the packers' and the
+// kernel's business (the AMX kernel keeps A row-major in blocks of 16 slots); these are
+// the k-major layouts of the fp32 and AVX-512-BF16 kernels:
 //   A panel: op(A) rows [i, i+mr) x columns [p0, p0+kc), stored k-major: panel[p*mr + r],
 //            rows beyond the matrix are zero (so edge tiles compute on zeros).
 //   B panel: op(B) rows [p0, p0+kc) x columns [j, j+nr), stored k-major: panel[p*nr + c],
@@ -31,6 +34,9 @@ struct SgemmMicroKernel {
   int mr, nr;
   // k values per panel slot: 1 (fp32 panels) or 2 (bf16 pairs).
   int k_per_slot;
+  // Panels are a whole number of this many slots deep (the packers zero the slots past the
+  // data): 1, or 16 for AMX, whose kernel multiplies whole tiles of 16 slots.
+  int depth_multiple;
   // `depth` slots of each panel (the A panel as float slots, read as the kernel's type).
   void (*kernel)(i64 depth, const float* ap, const float* bp, float* c, i64 ldc, int m_valid,
                  int n_valid, float alpha, float beta);
@@ -55,7 +61,8 @@ struct SgemmMicroKernel {
 
 // Slots of one panel over kc values of k.
 inline i64 panel_depth(const SgemmMicroKernel& mk, i64 kc) {
-  return (kc + mk.k_per_slot - 1) / mk.k_per_slot;
+  const i64 slots = (kc + mk.k_per_slot - 1) / mk.k_per_slot;
+  return (slots + mk.depth_multiple - 1) / mk.depth_multiple * mk.depth_multiple;
 }
 
 // A portable epilogue (scalar loops), for micro-kernels without a vector one.
@@ -76,6 +83,14 @@ const SgemmMicroKernel& sgemm_avx2_microkernel();
 // The bf16 micro-kernel (Precision::BF16; fp32 operands rounded to bf16 while packing), in
 // gemm_avx512bf16.cpp: call only when the CPU has AVX-512-BF16.
 const SgemmMicroKernel& bf16_avx512_microkernel();
+// The AMX bf16 micro-kernel (gemm_amx.cpp): call only when amx_usable(). Its twin on
+// emulated tiles runs the same kernel code on a plain C++ model of the tile instructions
+// (any CPU with AVX-512-BF16; slow, for tests).
+const SgemmMicroKernel& bf16_amx_microkernel();
+const SgemmMicroKernel& bf16_amx_emulated_microkernel();
+// True when the CPU has AMX-TILE, AMX-BF16 and AVX-512-BF16 and Linux granted this process
+// the tile state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once).
+bool amx_usable();
 
 // Blocking tuned for a micro-kernel (measured; see README.md).
 GemmBlocking default_blocking(const SgemmMicroKernel& mk);

@@ -105,7 +105,7 @@ void pack_b_16(const float* b, i64 row_stride, i64 col_stride, i64 kc, i64 /*nex
 }  // namespace
 
 const SgemmMicroKernel& sgemm_avx2_microkernel() {
-  static const SgemmMicroKernel kernel{"avx2 6x16",       kMr,      kNr,      1,
+  static const SgemmMicroKernel kernel{"avx2 6x16",       kMr,      kNr,      1,        1,
                                        sgemm_kernel_6x16, pack_a_6, pack_b_16,
                                        tile_epilogue_scalar};
   return kernel;

@@ -169,7 +169,7 @@ void epilogue_14x32(float* c, i64 ldc, int m_valid, int n_valid, const float* bi
 }  // namespace
 
 const SgemmMicroKernel& sgemm_avx512_microkernel() {
-  static const SgemmMicroKernel kernel{"avx512 14x32", kMr,       kNr,       1,
+  static const SgemmMicroKernel kernel{"avx512 14x32", kMr,       kNr,       1,         1,
                                        sgemm_kernel_14x32, pack_a_14, pack_b_32, epilogue_14x32};
   return kernel;
 }

@@ -159,6 +159,12 @@ void dgemm_openblas(const GemmArgs<double>& g) {
 
 void sgemm_wedge(const GemmArgs<float>& args, int threads) {
   if (args.precision == Precision::BF16) {
+    if (bf16_path() == Bf16Path::Amx) {
+      const cpu::SgemmMicroKernel& mk = cpu::bf16_amx_microkernel();
+      static const cpu::GemmBlocking blocking = cpu::default_blocking(mk);
+      cpu::sgemm_packed(mk, blocking, args, threads);
+      return;
+    }
     if (bf16_path() == Bf16Path::Avx512Bf16) {
       const cpu::SgemmMicroKernel& mk = cpu::bf16_avx512_microkernel();
       static const cpu::GemmBlocking blocking = cpu::default_blocking(mk);
@@ -213,19 +219,23 @@ GemmBackend gemm_backend() { return backend_state().load(std::memory_order_relax
 // ---- the bf16 path ----------------------------------------------------------------------------
 
 Bf16Path parse_bf16_path(const char* name) {
+  if (name && strcasecmp(name, "amx") == 0) return Bf16Path::Amx;
   if (name && strcasecmp(name, "avx512-bf16") == 0) return Bf16Path::Avx512Bf16;
   if (name && strcasecmp(name, "fp32") == 0) return Bf16Path::Fp32;
   throw std::invalid_argument(std::string("unknown bf16 GEMM path '") + (name ? name : "") +
-                              "' (expected avx512-bf16 or fp32)");
+                              "' (expected amx, avx512-bf16 or fp32)");
 }
 
-const char* bf16_path_name(Bf16Path path) { return path == Bf16Path::Avx512Bf16 ? "avx512-bf16" : "fp32"; }
+const char* bf16_path_name(Bf16Path path) {
+  return path == Bf16Path::Amx ? "amx" : path == Bf16Path::Avx512Bf16 ? "avx512-bf16" : "fp32";
+}
 
 namespace {
 
 // The best path at or below `wanted` that this CPU can run.
 Bf16Path runnable(Bf16Path wanted) {
-  if (wanted == Bf16Path::Avx512Bf16 && cpu::has_avx512_bf16()) return Bf16Path::Avx512Bf16;
+  if (wanted == Bf16Path::Amx && cpu::amx_usable()) return Bf16Path::Amx;
+  if (wanted != Bf16Path::Fp32 && cpu::has_avx512_bf16()) return Bf16Path::Avx512Bf16;
   return Bf16Path::Fp32;
 }
 
@@ -237,7 +247,7 @@ Bf16Path initial_bf16_path() {
       std::fprintf(stderr, "wedge: WEDGE_BF16_GEMM: %s; using the default\n", e.what());
     }
   }
-  return runnable(Bf16Path::Avx512Bf16);
+  return runnable(Bf16Path::Amx);
 }
 
 std::atomic<Bf16Path>& bf16_state() {
@@ -251,7 +261,12 @@ void set_bf16_path(Bf16Path path) { bf16_state().store(runnable(path)); }
 Bf16Path bf16_path() { return bf16_state().load(std::memory_order_relaxed); }
 
 const char* bf16_gemm_description() {
-  if (bf16_path() == Bf16Path::Avx512Bf16) return "avx512-bf16 14x32 (vdpbf16ps)";
+  if (bf16_path() == Bf16Path::Amx) return "amx-bf16 32x32 (tdpbf16ps)";
+  if (bf16_path() == Bf16Path::Avx512Bf16) {
+    return cpu::has_avx512_bf16() && __builtin_cpu_supports("amx-bf16")
+               ? "avx512-bf16 14x32 (vdpbf16ps; AMX present but not used)"
+               : "avx512-bf16 14x32 (vdpbf16ps)";
+  }
   return cpu::has_avx512_bf16() ? "fp32 (bf16 instructions turned off)" : "fp32 (this CPU has no bf16 instructions)";
 }
 

@@ -1,5 +1,6 @@
 // Mixed precision on the CPU: the bf16 rounding rules (kernels/ref/bf16.h), the bf16 GEMM
-// micro-kernel against the reference on awkward shapes, every transpose case, the driver's
+// micro-kernels (AVX-512-BF16; AMX on emulated tiles, and on the hardware where present)
+// against the reference on awkward shapes, every transpose case, the driver's
 // cache blocks and thread splits, and against the fp32 product under a bound derived from
 // bf16's 8-bit significand; the path switch and its fallback.
 #include <doctest/doctest.h>
@@ -82,21 +83,22 @@ bool bf16_kernel_available() {
   return false;
 }
 
-// The bf16 micro-kernel through the packed driver with a given blocking and thread count.
+// A bf16 micro-kernel through the packed driver with a given blocking and thread count.
+const cpu::SgemmMicroKernel* g_kernel = nullptr;
 cpu::GemmBlocking g_blocking;
 int g_threads = 0;
-void bf16_path_gemm(const GemmArgs<float>& g) {
-  cpu::sgemm_packed(cpu::bf16_avx512_microkernel(), g_blocking, g, g_threads);
-}
+void bf16_path_gemm(const GemmArgs<float>& g) { cpu::sgemm_packed(*g_kernel, g_blocking, g, g_threads); }
 
 void check_bf16_path(const cpu::GemmBlocking& blocking, int threads, const std::vector<GemmShape>& shapes,
-                     const std::string& name) {
+                     const std::string& name, const cpu::SgemmMicroKernel& mk = cpu::bf16_avx512_microkernel(),
+                     Sizes sizes = Sizes::large) {
+  g_kernel = &mk;
   g_blocking = blocking;
   g_threads = threads;
   KernelTable<float> table = cpu_table_f32();
   table.gemm = bf16_path_gemm;
   HostMemory host;
-  run_gemm_checks(Backend<float>{name, Family::cpu, &table, &cpu_memory_table(), &host, Sizes::large}, shapes,
+  run_gemm_checks(Backend<float>{name, Family::cpu, &table, &cpu_memory_table(), &host, sizes}, shapes,
                   Precision::BF16);
   CHECK(host.bytes_in_use() == 0);
 }
@@ -121,6 +123,43 @@ TEST_CASE("bf16 gemm: awkward sizes in each of m, n, k, odd depths, tiny cache b
   // several A blocks, k slices and B blocks per matrix, with edge panels in each
   check_bf16_path({mk.mr * 2, 21, mk.nr * 2}, 2, {{101, 150, 77}, {3, 333, 41}, {333, 5, 41}},
                   "cpu bf16 gemm, tiny blocks");
+}
+
+TEST_CASE("bf16 gemm, AMX kernel on emulated tiles: the harness's shapes, awkward sizes, odd and tiny blocks") {
+  if (!bf16_kernel_available()) return;
+  // The AMX micro-kernel's own code (tile loads, the 32 x 32 register tile, its row-major A
+  // blocks, depths padded to 16 slots, the edge corners) on a C++ model of the tile
+  // instructions: this runs wherever the packers do, AMX or not.
+  const cpu::SgemmMicroKernel& mk = cpu::bf16_amx_emulated_microkernel();
+  check_bf16_path(cpu::default_blocking(mk), 0, {}, "cpu amx (emulated tiles)", mk, Sizes::reduced);
+  check_bf16_path(cpu::default_blocking(mk), 2, {{1, 15, 17}, {33, 31, 1}, {17, 33, 1029}, {65, 64, 96}, {31, 1, 33}},
+                  "cpu amx (emulated tiles), awkward sizes", mk);
+  // kc = 21: 11 slots of data in a 16-slot tile step; several blocks of every kind
+  check_bf16_path({mk.mr * 2, 21, mk.nr * 2}, 2, {{101, 150, 77}, {3, 333, 41}}, "cpu amx (emulated tiles), tiny blocks",
+                  mk);
+}
+
+TEST_CASE("bf16 gemm, AMX kernel on the hardware: the reference, and the emulated tiles bit for bit") {
+  if (!cpu::amx_usable()) {
+    MESSAGE("this CPU has no AMX (or Linux refused the tile state): the AMX hardware tests skipped; the kernel's code "
+            "is tested on emulated tiles");
+    return;
+  }
+  const cpu::SgemmMicroKernel& mk = cpu::bf16_amx_microkernel();
+  check_bf16_path(cpu::default_blocking(mk), 0, {}, "cpu amx", mk);
+  check_bf16_path(cpu::default_blocking(mk), 1, {{1033, 17, 31}, {15, 1031, 33}, {17, 33, 1029}}, "cpu amx, 1 thread",
+                  mk);
+  const i64 m = 70, n = 45, k = 333;
+  const auto a = random_floats(std::size_t(m * k), 41), b = random_floats(std::size_t(k * n), 42);
+  auto run = [&](const cpu::SgemmMicroKernel& kernel) {
+    std::vector<float> c(std::size_t(m * n));
+    GemmArgs<float> g;
+    g.m = m, g.n = n, g.k = k, g.precision = Precision::BF16;
+    g.a = a.data(), g.lda = k, g.b = b.data(), g.ldb = n, g.c = c.data(), g.ldc = n;
+    cpu::sgemm_packed(kernel, cpu::default_blocking(kernel), g, 1);
+    return c;
+  };
+  CHECK(bitwise_equal(run(mk), run(cpu::bf16_amx_emulated_microkernel())));
 }
 
 TEST_CASE("bf16 gemm: a product with the identity returns each operand rounded to bf16, bit for bit") {
@@ -222,6 +261,7 @@ TEST_CASE("bf16 gemm: within bf16's rounding bound of the fp32 product, on the m
 }
 
 TEST_CASE("bf16 gemm: the path switch, its fallback to fp32, and the names it reports") {
+  CHECK(parse_bf16_path("AMX") == Bf16Path::Amx);
   CHECK(parse_bf16_path("AVX512-BF16") == Bf16Path::Avx512Bf16);
   CHECK(parse_bf16_path("fp32") == Bf16Path::Fp32);
   CHECK_THROWS_AS(parse_bf16_path("amx-fp8"), std::invalid_argument);
@@ -242,6 +282,9 @@ TEST_CASE("bf16 gemm: the path switch, its fallback to fp32, and the names it re
   CHECK(bf16_path() == Bf16Path::Fp32);
   CHECK(std::string(bf16_gemm_description()).rfind("fp32", 0) == 0);
   CHECK(bitwise_equal(run(Precision::BF16), run(Precision::F32)));
+  // asked for AMX, a CPU without it falls back to AVX-512-BF16 (and below)
+  set_bf16_path(Bf16Path::Amx);
+  CHECK(bf16_path() == (cpu::amx_usable() ? Bf16Path::Amx : cpu::has_avx512_bf16() ? Bf16Path::Avx512Bf16 : Bf16Path::Fp32));
   // asked for, the bf16 kernel runs where the CPU has it and the request falls back where not
   set_bf16_path(Bf16Path::Avx512Bf16);
   if (cpu::has_avx512_bf16()) {

@@ -1,0 +1,115 @@
+// Packing fp32 operands into bf16 panels for the bf16 GEMM micro-kernels (AVX-512-BF16 and
+// AMX): rounding to bf16 (vcvtne2ps2bf16: nearest even, subnormals flushed, exactly
+// kernels/ref/bf16.h) while copying, and pairing along k: slot s of a line holds the values
+// at k = 2s (low half) and 2s + 1 (high half), the VNNI pair layout. Include only from files
+// compiled with -mavx512bf16 on top of the AVX-512 flags.
+#pragma once
+
+#include <cstring>
+
+#include "kernels/cpu/simd_avx512.h"
+#include "kernels/tables.h"
+
+namespace wedge::kernels::cpu::bf16 {
+
+using avx512::first_lanes;
+using avx512::transpose_block;
+
+constexpr int kSlotsPerBlock = 16;  // slots per 16 x 16 transpose: 32 values of k
+
+inline __m512bh as_pairs(__m512 v) { return reinterpret_cast<__m512bh>(v); }
+
+// 16 slots from two fp32 vectors along k: slot j = (bf16(even[j]), bf16(odd[j])).
+inline __m512 pair_up(__m512 even, __m512 odd) {
+  // cvtne2ps gives the words even[0..15], odd[0..15]; interleave them word by word.
+  const __m512i words = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(odd, even));
+  const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
+                                         6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_castsi512_ps(_mm512_permutexvar_epi16(order, words));
+}
+
+// 16 slots from 32 consecutive values of k (count <= 32 of them present, zeros after).
+inline __m512 pairs_of_run(const float* src, int count) {
+  const __m512 lo = _mm512_maskz_loadu_ps(first_lanes(count), src);
+  const __m512 hi = _mm512_maskz_loadu_ps(first_lanes(count - 16), src + 16);
+  return reinterpret_cast<__m512>(_mm512_cvtne2ps_pbh(hi, lo));
+}
+
+// Lines contiguous in k (rows of A, or columns of B^T): `lines` (<= 32) lines starting at
+// src, line i at src + i * stride, k from 0 to kc. Writes a panel of `width` (14 or 32)
+// slots per step of depth: panel[s * width + line]. Each 32-value run of each line becomes
+// 16 slots in a small row-major block, which a 16 x 16 transpose turns k-major.
+inline void pack_lines_contiguous(const float* src, i64 stride, int lines, i64 kc, int width, float* panel) {
+  alignas(64) float block[32 * kSlotsPerBlock];
+  for (i64 p = 0; p < kc; p += 2 * kSlotsPerBlock) {
+    const int count = static_cast<int>(kc - p < 2 * kSlotsPerBlock ? kc - p : 2 * kSlotsPerBlock);
+    const int slots = (count + 1) / 2;
+    for (int i = 0; i < lines; ++i)
+      _mm512_store_ps(block + i * kSlotsPerBlock, pairs_of_run(src + i * stride + p, count));
+    float* out = panel + (p / 2) * width;
+    for (int half = 0; half * 16 < width; ++half) {
+      const int half_lines = lines - 16 * half;
+      const __mmask16 store = first_lanes(width - 16 * half);
+      transpose_block(block + half * 16 * kSlotsPerBlock, kSlotsPerBlock, half_lines < 0 ? 0 : half_lines, slots,
+                      out + 16 * half, width, store);
+    }
+  }
+}
+
+// Lines across k (A^T's rows hold one k for every row of op(A); B's rows one k for every
+// column): element (k = p, line j) at src[p * stride + j], `lines` lines present. Writes
+// width-slot rows of the panel at depth s from the source rows 2s and 2s + 1.
+inline void pack_lines_across(const float* src, i64 stride, i64 lines, i64 kc, int width, float* panel) {
+  const i64 depth = (kc + 1) / 2;
+  for (i64 s = 0; s < depth; ++s) {
+    const float* even = src + 2 * s * stride;
+    const bool has_odd = 2 * s + 1 < kc;
+    float* out = panel + s * width;
+    for (int half = 0; half * 16 < width; ++half) {
+      const __mmask16 load = first_lanes(lines - 16 * half);
+      const __m512 e = _mm512_maskz_loadu_ps(load, even + 16 * half);
+      const __m512 o = has_odd ? _mm512_maskz_loadu_ps(load, even + stride + 16 * half) : _mm512_setzero_ps();
+      _mm512_mask_storeu_ps(out + 16 * half, first_lanes(width - 16 * half), pair_up(e, o));
+    }
+  }
+}
+
+// Zero slots [from, depth) of a k-major panel `width` slots wide (a panel deeper than its
+// data: the AMX kernel multiplies whole tiles of 16 slots).
+inline void zero_tail(float* panel, int width, i64 from, i64 depth) {
+  if (depth > from)
+    std::memset(panel + from * width, 0, static_cast<std::size_t>((depth - from) * width) * sizeof(float));
+}
+
+// Rows [0, rows) of op(A) into panels of `mr` rows, k-major (panel[s * mr + r]), `depth`
+// slots deep (>= ceil(kc / 2); slots past the data are zero). Element (r, p) of op(A) is
+// a[r * row_stride + p * col_stride]; one stride is 1.
+inline void pack_a_k_major(const float* a, i64 row_stride, i64 col_stride, i64 rows, i64 kc, int mr, i64 depth,
+                           float* out) {
+  for (i64 q = 0; q * mr < rows; ++q) {
+    const i64 lines = rows - q * mr < mr ? rows - q * mr : mr;
+    float* panel = out + q * mr * depth;
+    if (col_stride == 1)
+      pack_lines_contiguous(a + q * mr * row_stride, row_stride, static_cast<int>(lines), kc, mr, panel);
+    else
+      pack_lines_across(a + q * mr, col_stride, lines, kc, mr, panel);
+    zero_tail(panel, mr, (kc + 1) / 2, depth);
+  }
+}
+
+// Columns [0, cols) of op(B) into panels of `nr` columns, k-major (panel[s * nr + c]),
+// `depth` slots deep as above. Element (p, c) of op(B) is b[p * row_stride + c * col_stride].
+inline void pack_b_k_major(const float* b, i64 row_stride, i64 col_stride, i64 kc, i64 cols, int nr, i64 depth,
+                           float* out) {
+  for (i64 q = 0; q * nr < cols; ++q) {
+    const i64 lines = cols - q * nr < nr ? cols - q * nr : nr;
+    float* panel = out + q * nr * depth;
+    if (row_stride == 1)
+      pack_lines_contiguous(b + q * nr * col_stride, col_stride, static_cast<int>(lines), kc, nr, panel);
+    else
+      pack_lines_across(b + q * nr, row_stride, lines, kc, nr, panel);
+    zero_tail(panel, nr, (kc + 1) / 2, depth);
+  }
+}
+
+}  // namespace wedge::kernels::cpu::bf16
