@@ -1,5 +1,5 @@
-// The machine's measured peaks: independent FMA (fp32) or vdpbf16ps (bf16) chains on every
-// thread at once, the denominators of every "% of peak" the benchmarks print.
+// The machine's measured peaks: independent FMA (fp32), vdpbf16ps (bf16) or AMX tile
+// (bf16) chains on every thread at once, the denominators of every "% of peak" the benchmarks print.
 #pragma once
 
 #include <immintrin.h>
@@ -61,6 +61,37 @@ __attribute__((target("avx512f,avx512bf16"))) inline float dpbf16_loop(long iter
   return out[0];
 }
 
+// The AMX peak: tdpbf16ps on four independent 16 x 16 accumulator tiles (16 x 16 x 32
+// multiply-adds, 16,384 flops each). Call only after kernels::cpu::amx_usable().
+struct alignas(64) AmxPeakConfig {
+  unsigned char palette = 1, start_row = 0, reserved[14] = {};
+  unsigned short bytes_per_row[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  unsigned char rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+__attribute__((target("amx-tile,amx-bf16"))) inline float amx_loop(long iterations) {
+  static const AmxPeakConfig cfg;
+  alignas(64) static const unsigned short ones[16 * 32] = {};
+  _tile_loadconfig(&cfg);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, ones, 64);
+  _tile_loadd(5, ones, 64);
+  _tile_loadd(6, ones, 64);
+  _tile_loadd(7, ones, 64);
+  for (long it = 0; it < iterations / 16; ++it) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  alignas(64) float out[16 * 16];
+  _tile_stored(0, out, 64);
+  _tile_release();
+  return out[0];
+}
+
 // GFLOP/s of `loop` (flops_per_iteration each) on `threads` pool threads at once (0: the
 // whole pool), best of 5.
 template <typename Loop>
@@ -84,6 +115,10 @@ inline double measure_fma_peak_gflops(bool avx512, int threads) {
   if (avx512) return measure_loop_gflops(fma_loop_avx512, 16.0 * 16 * 2, threads);
   return measure_loop_gflops(fma_loop_avx2, 12.0 * 8 * 2, threads);
 }
+
+// GFLOP/s of tdpbf16ps (call only when AMX is usable), as above: each counted iteration is a
+// sixteenth of a round of four tile products.
+inline double measure_amx_peak_gflops(int threads) { return measure_loop_gflops(amx_loop, 4.0 * 16384 / 16, threads); }
 
 // GFLOP/s of vdpbf16ps (call only on a CPU with AVX-512-BF16), as above.
 inline double measure_bf16_peak_gflops(int threads) { return measure_loop_gflops(dpbf16_loop, 16.0 * 32 * 2, threads); }

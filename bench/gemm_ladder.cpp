@@ -20,6 +20,15 @@
 //                   driven by the real packing/blocking code, on one thread.
 //   6. threads      the same on all pool threads (threads split C's columns, share packed A).
 //   7. openblas     cblas_sgemm on the same threads, for reference.
+// Then mixed precision (Precision::BF16: operands rounded to bf16 while packing, fp32 sums),
+// checked against the reference GEMM on the same rounded operands and timed against the
+// measured peak of the instruction it uses:
+//   8. avx512-bf16  the same 14 x 32 tile with vdpbf16ps: each instruction multiplies 16
+//                   pairs of bf16 values, twice an FMA's work (kernels/cpu/gemm_avx512bf16.cpp);
+//   9. + all threads
+//  10. amx tiles    a 32 x 32 tile of C in four AMX tile registers, one tdpbf16ps per 16 x 16
+//                   x 32 block (kernels/cpu/gemm_amx.cpp), where the CPU has AMX;
+//  11. + all threads
 // Steps 1-4 are compiled for AVX-512 when the CPU has it (AVX2 otherwise) and at -O3 (at
 // the project's -O2, GCC 12 vectorises no loop whose trip count it does not know), so the
 // gaps between steps come from the ideas, not from the instruction set or the flags.
@@ -40,6 +49,7 @@
 #include "fma_peak.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/tables.h"
 
 using namespace wedge;
@@ -213,10 +223,23 @@ int main(int argc, char** argv) {
   }
   const int threads = num_threads();
   const double peak1 = measure_peak(avx512, 1), peak_all = measure_peak(avx512, threads);
+  const bool has_bf16 = cpu::has_avx512_bf16(), has_amx = cpu::amx_usable();
+  const double bf16_peak1 = has_bf16 ? wedge::bench::measure_bf16_peak_gflops(1) : 0;
+  const double bf16_peak_all = has_bf16 ? wedge::bench::measure_bf16_peak_gflops(threads) : 0;
+  const double amx_peak1 = has_amx ? wedge::bench::measure_amx_peak_gflops(1) : 0;
+  const double amx_peak_all = has_amx ? wedge::bench::measure_amx_peak_gflops(threads) : 0;
   std::printf("C = A B, %d x %d x %d, fp32.  %s.  OpenBLAS core: %s\n", n, n, n, cpu_backend_name(),
               openblas_get_corename());
-  std::printf("measured fp32 FMA peak: %.1f GFLOP/s on 1 thread, %.1f on %d threads\n\n", peak1,
-              peak_all, threads);
+  std::printf("measured fp32 FMA peak: %.1f GFLOP/s on 1 thread, %.1f on %d threads\n", peak1, peak_all, threads);
+  if (has_bf16)
+    std::printf("measured bf16 vdpbf16ps peak: %.1f GFLOP/s on 1 thread, %.1f on %d threads\n", bf16_peak1,
+                bf16_peak_all, threads);
+  if (has_amx)
+    std::printf("measured AMX tdpbf16ps peak: %.1f GFLOP/s on 1 thread, %.1f on %d threads\n", amx_peak1, amx_peak_all,
+                threads);
+  else
+    std::printf("AMX: not on this CPU (or the tile state was refused); steps 10-11 skipped\n");
+  std::printf("\n");
 
   std::mt19937 gen(1);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -234,12 +257,20 @@ int main(int argc, char** argv) {
   g.c = want.data();
   g.ldc = n;
   ref_table_f32().gemm(g);  // the oracle (double accumulation)
+  std::vector<float> want_bf16(elems);
+  GemmArgs<float> g16 = g;
+  g16.precision = Precision::BF16;
+  g16.c = want_bf16.data();
+  ref_table_f32().gemm(g16);  // the bf16 steps' oracle: the same sums of rounded operands
   g.c = c.data();
+  g16.c = c.data();
 
+  enum class Peak { Fma, Bf16, Amx };
   struct Step {
     const char* name;
     int threads;
     std::function<void()> run;
+    Peak peak = Peak::Fma;
   };
   auto plain = [&](void (*f512)(int, const float*, const float*, float*),
                    void (*f2)(int, const float*, const float*, float*)) {
@@ -248,7 +279,7 @@ int main(int argc, char** argv) {
   const cpu::SgemmMicroKernel& mk =
       avx512 ? cpu::sgemm_avx512_microkernel() : cpu::sgemm_avx2_microkernel();
   const cpu::GemmBlocking blocking = cpu::default_blocking(mk);
-  const std::vector<Step> steps = {
+  std::vector<Step> steps = {
       {"1 naive (i-j-p)", 1, plain(naive_avx512, naive_avx2)},
       {"2 loop order (i-p-j)", 1, plain(loop_order_avx512, loop_order_avx2)},
       {"3 cache-blocked", 1, plain(blocked_avx512, blocked_avx2)},
@@ -258,6 +289,18 @@ int main(int argc, char** argv) {
       {"6 + all threads", threads, [&] { cpu::sgemm_packed(mk, blocking, g, threads); }},
       {"7 openblas", threads, [&] { sgemm_openblas(g); }},
   };
+  const cpu::SgemmMicroKernel& mk16 = cpu::bf16_avx512_microkernel();
+  const cpu::GemmBlocking blocking16 = cpu::default_blocking(mk16);
+  if (has_bf16) {
+    steps.push_back({"8 avx512-bf16 kernel", 1, [&] { cpu::sgemm_packed(mk16, blocking16, g16, 1); }, Peak::Bf16});
+    steps.push_back({"9 + all threads", threads, [&] { cpu::sgemm_packed(mk16, blocking16, g16, threads); }, Peak::Bf16});
+  }
+  if (has_amx) {
+    const cpu::SgemmMicroKernel& amx = cpu::bf16_amx_microkernel();
+    steps.push_back({"10 amx tiles", 1, [&] { cpu::sgemm_packed(amx, cpu::default_blocking(amx), g16, 1); }, Peak::Amx});
+    steps.push_back(
+        {"11 + all threads", threads, [&] { cpu::sgemm_packed(amx, cpu::default_blocking(amx), g16, threads); }, Peak::Amx});
+  }
 
   std::printf("%-24s %8s %10s %10s %8s %12s\n", "step", "threads", "time ms", "GFLOP/s", "% peak",
               "max rel err");
@@ -269,15 +312,20 @@ int main(int argc, char** argv) {
     }
     std::fill(c.begin(), c.end(), std::nanf(""));
     const double s = best_seconds(step.run);
-    double err = 0;  // relative to the largest reference element
+    // relative to the largest reference element; bf16 steps against the bf16 reference
+    const std::vector<float>& oracle = step.peak == Peak::Fma ? want : want_bf16;
+    double err = 0;
     double scale = 0;
-    for (std::size_t i = 0; i < elems; ++i) scale = std::max(scale, double(std::fabs(want[i])));
+    for (std::size_t i = 0; i < elems; ++i) scale = std::max(scale, double(std::fabs(oracle[i])));
     for (std::size_t i = 0; i < elems; ++i) {
-      const double d = std::fabs(double(c[i]) - double(want[i]));
+      const double d = std::fabs(double(c[i]) - double(oracle[i]));
       err = std::max(err, std::isnan(d) ? INFINITY : d / scale);
     }
     const double gflops = flops / s / 1e9;
-    const double peak = step.threads == 1 ? peak1 : peak_all;
+    const bool one = step.threads == 1;
+    const double peak = step.peak == Peak::Fma    ? (one ? peak1 : peak_all)
+                        : step.peak == Peak::Bf16 ? (one ? bf16_peak1 : bf16_peak_all)
+                                                  : (one ? amx_peak1 : amx_peak_all);
     std::printf("%-24s %8d %10.2f %10.1f %7.1f%% %12.2e%s\n", step.name, step.threads, s * 1e3,
                 gflops, 100 * gflops / peak, err, err < 1e-5 ? "" : "  <-- WRONG");
   }
