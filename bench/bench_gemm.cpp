@@ -33,7 +33,6 @@
 #include <vector>
 
 #include "engine/thread_pool.h"
-#include "fma_peak.h"
 #include "kernels/cpu/cpu.h"
 
 using namespace wedge;
@@ -41,10 +40,8 @@ using namespace wedge::kernels;
 
 namespace {
 
-// The measured peak of the whole pool (bench/fma_peak.h).
-double measure_peak_gflops() {
-  return wedge::bench::measure_fma_peak_gflops(std::string(cpu_isa_name()) == "avx512", 0);
-}
+// The measured fp32 peak of the whole pool (kernels/cpu/peak.cpp).
+double measure_peak_gflops() { return measured_fma_peak_gflops(0); }
 
 double g_peak_gflops = 0;
 double g_bf16_peak_gflops = 0;  // 0: no AVX-512-BF16
@@ -182,7 +179,7 @@ int main(int argc, char** argv) {
   std::printf("measured fp32 FMA peak: %.1f GFLOP/s on %d threads\n", g_peak_gflops, num_threads());
   std::vector<Library> libraries = {Library::Wedge, Library::OpenBLAS};
   if (bf16_path() == Bf16Path::Avx512Bf16) {
-    g_bf16_peak_gflops = wedge::bench::measure_bf16_peak_gflops(0);
+    g_bf16_peak_gflops = measured_bf16_peak_gflops(0);
     std::printf("measured bf16 vdpbf16ps peak: %.1f GFLOP/s on %d threads; bf16 GEMM: %s\n\n", g_bf16_peak_gflops,
                 num_threads(), bf16_gemm_description());
     libraries.insert(libraries.begin() + 1, Library::WedgeBf16);

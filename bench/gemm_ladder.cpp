@@ -46,7 +46,6 @@
 #include <vector>
 
 #include "engine/thread_pool.h"
-#include "fma_peak.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/isa.h"
@@ -187,9 +186,7 @@ LADDER_STEP(loop_order)
 LADDER_STEP(blocked)
 LADDER_STEP(packed)
 
-// ---- measured peak (bench/fma_peak.h) -----------------------------------------------------
-
-double measure_peak(bool avx512, int threads) { return wedge::bench::measure_fma_peak_gflops(avx512, threads); }
+// ---- measured peaks: kernels/cpu/peak.cpp --------------------------------------------------
 
 // Runs `step` until at least 0.3 s have passed (at least twice, the first as warm-up) and
 // returns the best time of one run.
@@ -222,12 +219,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int threads = num_threads();
-  const double peak1 = measure_peak(avx512, 1), peak_all = measure_peak(avx512, threads);
+  const double peak1 = measured_fma_peak_gflops(1), peak_all = measured_fma_peak_gflops(threads);
   const bool has_bf16 = cpu::has_avx512_bf16(), has_amx = cpu::amx_usable();
-  const double bf16_peak1 = has_bf16 ? wedge::bench::measure_bf16_peak_gflops(1) : 0;
-  const double bf16_peak_all = has_bf16 ? wedge::bench::measure_bf16_peak_gflops(threads) : 0;
-  const double amx_peak1 = has_amx ? wedge::bench::measure_amx_peak_gflops(1) : 0;
-  const double amx_peak_all = has_amx ? wedge::bench::measure_amx_peak_gflops(threads) : 0;
+  const double bf16_peak1 = has_bf16 ? measured_bf16_peak_gflops(1) : 0;
+  const double bf16_peak_all = has_bf16 ? measured_bf16_peak_gflops(threads) : 0;
+  const double amx_peak1 = has_amx ? measured_amx_peak_gflops(1) : 0;
+  const double amx_peak_all = has_amx ? measured_amx_peak_gflops(threads) : 0;
   std::printf("C = A B, %d x %d x %d, fp32.  %s.  OpenBLAS core: %s\n", n, n, n, cpu_backend_name(),
               openblas_get_corename());
   std::printf("measured fp32 FMA peak: %.1f GFLOP/s on 1 thread, %.1f on %d threads\n", peak1, peak_all, threads);

@@ -3,6 +3,7 @@
 // instead of being copied, so backward's A^T dC and dC B^T cost no extra memory traffic.
 // Every GEMM runs in the thread's matmul_precision() (engine/precision.h); a backward runs
 // its GEMMs in the precision its forward ran in.
+#include <atomic>
 #include <type_traits>
 
 #include "engine/precision.h"
@@ -22,6 +23,12 @@ struct Operand {
   std::int64_t ld = 0;
   std::int64_t batch_stride = 0;  // 0: one matrix shared by the whole batch
 };
+
+std::atomic<std::uint64_t> g_matmul_flops{0};
+
+void count_flops(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch) {
+  g_matmul_flops.fetch_add(static_cast<std::uint64_t>(2 * m * n * k * batch), std::memory_order_relaxed);
+}
 
 // The precision of this thread's products: bf16 applies to float GEMMs only.
 template <typename T>
@@ -89,11 +96,14 @@ Tensor gemm_forward(const std::string& op, const Tensor& a, const Tensor& b, con
     g.batch = batch;
     g.precision = gemm_precision<T>();
     need(op, table<T>(op, a).gemm, a)(g);
+    count_flops(m, n, k, batch);
   });
   return out;
 }
 
 }  // namespace
+
+std::uint64_t matmul_flops() { return g_matmul_flops.load(std::memory_order_relaxed); }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   check_floating("matmul", a, "a");
@@ -186,6 +196,7 @@ void linear_forward(const std::string& op, const Tensor& x2, const Tensor& w, co
     g.aux = aux.defined() ? aux.data<T>() : nullptr;
     g.precision = gemm_precision<T>();
     need(op, table<T>(op, x2).gemm, x2)(g);
+    count_flops(rows, outf, in, 1);
   });
 }
 

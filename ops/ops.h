@@ -28,6 +28,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 // bias gradient in one pass.
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
+// Floating-point operations of every GEMM that matmul and linear (and their backward) have
+// run in this process, on any thread and device: 2 m n k per product (a multiply and an
+// add). A training loop reads it before and after a step to report achieved GFLOP/s.
+std::uint64_t matmul_flops();
+
 // ---- element-wise (broadcasting, numpy rules) ---------------------------------------
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);

@@ -18,6 +18,7 @@
 #include "engine/json_field.h"
 #include "engine/optim.h"
 #include "engine/thread_pool.h"
+#include "kernels/cpu/cpu.h"
 #include "models/memory_check.h"
 #include "ops/ops.h"
 #include "tools/commands.h"
@@ -458,13 +459,14 @@ void register_bench_step(CLI::App& app) {
     Adam opt = make_adamw(*model, 1e-3, 0.01);
     const std::int64_t B = *batch, L = cfg.block, V = cfg.vocab_size;
     Generator gen(cfg.seed + 1);
-    std::vector<double> times;
+    std::vector<double> times, flops;
     for (std::int64_t s = 0; s < *warmup + *steps; ++s) {
       std::vector<std::int32_t> ids(B * (L + 1));
       for (auto& v : ids) v = static_cast<std::int32_t>(gen.integer(static_cast<std::uint64_t>(V)));
       Tensor all = Tensor::from_vector(ids, {B, L + 1}).to(dev);
       Tensor x = ops::narrow(all, 1, 0, L).contiguous(), y = ops::narrow(all, 1, 1, L).contiguous();
       const auto t0 = std::chrono::steady_clock::now();
+      const std::uint64_t flops0 = ops::matmul_flops();
       Tensor loss = ops::cross_entropy(ops::reshape(model->forward(x), {B * L, V}), ops::reshape(y, {B * L}));
       const Tensor aux = model->auxiliary_loss();
       (aux.defined() ? loss + aux : loss).backward();
@@ -473,11 +475,17 @@ void register_bench_step(CLI::App& app) {
       const double loss_value = loss.item();  // also waits for the device to finish the step
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (s >= *warmup) times.push_back(ms);
+      flops.push_back(static_cast<double>(ops::matmul_flops() - flops0));
       if (!*json) fmt::print(stderr, "step {} {:.1f} ms loss {:.4f}\n", s, ms, loss_value);
     }
     std::sort(times.begin(), times.end());
     const double median = times.empty() ? 0 : times[times.size() / 2];
     const double tps = median > 0 ? static_cast<double>(B * L) / (median / 1000.0) : 0;
+    // Achieved GEMM GFLOP/s of the median step (every step multiplies the same shapes), and
+    // its share of the measured peak of the instruction those GEMMs use (an MFU figure).
+    const double gflops = median > 0 ? flops.back() / (median / 1000.0) / 1e9 : 0;
+    const double peak = dev.is_cpu() ? kernels::measured_gemm_peak_gflops(matmul_precision(), num_threads()) : 0;
+    const double mfu = peak > 0 ? gflops / peak : 0;
     const nlohmann::json j = {{"model", cfg.model},        {"parameters", model->num_parameters()},
                               {"batch", B},                {"block", L},
                               {"threads", num_threads()},  {"steps", *steps},
@@ -485,11 +493,14 @@ void register_bench_step(CLI::App& app) {
                               {"precision", precision_name(matmul_precision())},
                               {"kernels", precision_description(matmul_precision(), dev)},
                               {"step_ms", median},         {"tokens_per_s", tps},
-                              {"peak_rss_mb", peak_rss_mb()}};
+                              {"gemm_gflops_per_s", gflops}, {"peak_gflops", peak},
+                              {"mfu", mfu},                {"peak_rss_mb", peak_rss_mb()}};
     if (*json) fmt::print("{}\n", j.dump());
     else
-      fmt::print("{}: median step {:.1f} ms, {:.0f} tokens/s, peak RSS {:.0f} MB ({} threads, {})\n", cfg.model, median, tps,
-                 peak_rss_mb(), num_threads(), precision_description(matmul_precision(), dev));
+      fmt::print("{}: median step {:.1f} ms, {:.0f} tokens/s, GEMMs {:.0f} GFLOP/s ({:.0f} % of the measured peak {:.0f}), "
+                 "peak RSS {:.0f} MB ({} threads, {})\n",
+                 cfg.model, median, tps, gflops, 100 * mfu, peak, peak_rss_mb(), num_threads(),
+                 precision_description(matmul_precision(), dev));
   });
 }
 

@@ -15,6 +15,7 @@
 #include "engine/rng.h"
 #include "engine/safetensors.h"
 #include "engine/thread_pool.h"
+#include "kernels/cpu/cpu.h"
 #include "data/wikitext.h"
 #include "models/memory_check.h"
 #include "models/tied_embedding_lm.h"
@@ -343,6 +344,12 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   std::vector<std::uint32_t> order = batcher.epoch_order(st.seed, static_cast<std::uint64_t>(epoch));
   say(fmt::format("training: {} steps ({} per epoch), batch {} x {}, lr {} (warm-up {}, cosine to {}), AdamW wd {}",
                   total_steps, per_epoch, st.batch, st.block, st.lr, warmup, sched.min_lr, st.weight_decay));
+  // The denominator of the progress line's "% of peak" (an MFU figure over the GEMMs'
+  // flops): the measured peak of the instruction this run's GEMMs use, on its threads.
+  const double peak_gflops = device.is_cpu() ? kernels::measured_gemm_peak_gflops(precision, num_threads(), 2'000'000) : 0;
+  if (peak_gflops > 0) say(fmt::format("peak: {:.0f} GFLOP/s measured for {} GEMMs on {} threads", peak_gflops,
+                                       precision_name(precision), num_threads()));
+  double window_flops = 0;
 
   while (step < total_steps) {
     const std::int64_t e = step / per_epoch;
@@ -351,6 +358,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
       order = batcher.epoch_order(st.seed, static_cast<std::uint64_t>(epoch));
     }
     const auto t0 = Clock::now();
+    const std::uint64_t flops0 = ops::matmul_flops();
     const data::LmBatch b = batcher.train_batch(order, static_cast<std::size_t>(step % per_epoch));
     const auto rows = static_cast<std::int64_t>(b.rows), tokens_this_step = rows * st.block;
     Tensor x = Tensor::from_vector(b.inputs, {rows, st.block}).to(device);
@@ -374,6 +382,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     elapsed_before += dt;
     window_time += dt;
     window_tokens += static_cast<double>(tokens_this_step);
+    window_flops += static_cast<double>(ops::matmul_flops() - flops0);
     run_tokens += static_cast<double>(tokens_this_step);
     run_time += dt;
     ++run_steps;
@@ -385,9 +394,11 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     if (log_now) {
       const double tps = window_tokens / std::max(window_time, 1e-9);
       const double eta = static_cast<double>(total_steps - step) * (run_time / static_cast<double>(run_steps));
-      say(fmt::format("step {:>6}/{}  epoch {}  loss {:.4f}  lr {:.2e}  {:.0f} tok/s  ETA {}", step, total_steps, epoch + 1,
-                      loss_value, lr, tps, fmt_duration(eta)));
-      window_time = window_tokens = 0;
+      const double gflops = window_flops / std::max(window_time, 1e-9) / 1e9;
+      const std::string mfu = peak_gflops > 0 ? fmt::format(" ({:.0f} % of peak)", 100 * gflops / peak_gflops) : "";
+      say(fmt::format("step {:>6}/{}  epoch {}  loss {:.4f}  lr {:.2e}  {:.0f} tok/s  {:.0f} GFLOP/s{}  ETA {}", step,
+                      total_steps, epoch + 1, loss_value, lr, tps, gflops, mfu, fmt_duration(eta)));
+      window_time = window_tokens = window_flops = 0;
     }
     if (epoch_end || periodic || step == total_steps) run_eval(epoch);
     if (stopping) {

@@ -44,6 +44,17 @@ const char* bf16_path_name(Bf16Path path);
 // BF16 GEMM runs now, for start-up lines.
 const char* bf16_gemm_description();
 
+// Measured peak GFLOP/s (kernels/cpu/peak.cpp): independent chains of one multiply-add
+// instruction on `threads` pool threads at once (<= 0: the whole pool), best of 3 runs of
+// `iterations` steps each (2e7 takes about 0.1 s a run; 2e6 is enough for a start-up
+// line). fp32 FMA (AVX-512, else AVX2; 0 without either); AVX-512-BF16 vdpbf16ps and AMX
+// tdpbf16ps (0 where the CPU lacks them); and the peak of the instruction a GEMM of the
+// given precision runs on now (bf16_path()).
+double measured_fma_peak_gflops(int threads, long iterations = 20'000'000);
+double measured_bf16_peak_gflops(int threads, long iterations = 20'000'000);
+double measured_amx_peak_gflops(int threads, long iterations = 20'000'000);
+double measured_gemm_peak_gflops(Precision precision, int threads, long iterations = 20'000'000);
+
 // The best instruction set this CPU supports among those wedge has kernels for:
 // "avx512", "avx2" or "scalar".
 const char* cpu_isa_name();

@@ -125,3 +125,16 @@ TEST_CASE("matmul in bf16 rounds both operands, batched too; float64 ignores the
         CHECK(std::fabs(exact[std::size_t((q * m + i) * n + j)] - s) < 1e-12);
       }
 }
+
+TEST_CASE("matmul_flops counts 2 m n k per GEMM, forward and backward") {
+  const Tensor x = Tensor::from_vector(values(13 * 37, 6), {13, 37}).set_requires_grad();
+  const Tensor w = Tensor::from_vector(values(19 * 37, 7), {19, 37}).set_requires_grad();
+  const std::uint64_t before = ops::matmul_flops();
+  const Tensor y = ops::linear(x, w);
+  CHECK(ops::matmul_flops() - before == 2u * 13 * 19 * 37);
+  ops::sum(y).backward();  // dX (13 x 37 over 19) and dW (19 x 37 over 13)
+  CHECK(ops::matmul_flops() - before == 3u * 2 * 13 * 19 * 37);
+  const std::uint64_t mid = ops::matmul_flops();
+  ops::matmul(Tensor::from_vector(values(2 * 3 * 4, 8), {2, 3, 4}), Tensor::from_vector(values(2 * 4 * 5, 9), {2, 4, 5}));
+  CHECK(ops::matmul_flops() - mid == 2u * 2 * 3 * 4 * 5);
+}

@@ -1,7 +1,6 @@
-// The machine's measured peaks: independent FMA (fp32), vdpbf16ps (bf16) or AMX tile
-// (bf16) chains on every thread at once, the denominators of every "% of peak" the benchmarks print.
-#pragma once
-
+// The machine's measured peaks: independent chains of the GEMM kernels' multiply-add
+// instruction (fp32 FMA, vdpbf16ps, AMX tdpbf16ps) on every thread at once, the
+// denominators of every "% of peak" wedge prints (benchmarks, the training line's MFU).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -9,10 +8,14 @@
 #include <vector>
 
 #include "engine/thread_pool.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/isa.h"
 
-namespace wedge::bench {
+namespace wedge::kernels {
+namespace {
 
-__attribute__((target("avx512f,fma"))) inline float fma_loop_avx512(long iterations) {
+__attribute__((target("avx512f,fma"))) float fma_loop_avx512(long iterations) {
   // 16 independent accumulators cover FMA latency x 2 ports with room to spare.
   __m512 acc[16];
   for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(0.001f * static_cast<float>(i));
@@ -28,7 +31,7 @@ __attribute__((target("avx512f,fma"))) inline float fma_loop_avx512(long iterati
   return out[0];
 }
 
-__attribute__((target("avx2,fma"))) inline float fma_loop_avx2(long iterations) {
+__attribute__((target("avx2,fma"))) float fma_loop_avx2(long iterations) {
   __m256 acc[12];
   for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(0.001f * static_cast<float>(i));
   const __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
@@ -44,7 +47,7 @@ __attribute__((target("avx2,fma"))) inline float fma_loop_avx2(long iterations) 
 }
 
 // The bf16 peak: vdpbf16ps does 16 lanes x 2 multiply-adds (64 flops) per instruction.
-__attribute__((target("avx512f,avx512bf16"))) inline float dpbf16_loop(long iterations) {
+__attribute__((target("avx512f,avx512bf16"))) float dpbf16_loop(long iterations) {
   __m512 acc[16];
   for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(0.001f * static_cast<float>(i));
   __m512bh x = reinterpret_cast<__m512bh>(_mm512_set1_epi32(0x3f803f80));  // (1, 1)
@@ -68,18 +71,18 @@ struct alignas(64) AmxPeakConfig {
   unsigned short bytes_per_row[16] = {64, 64, 64, 64, 64, 64, 64, 64};
   unsigned char rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
 };
-__attribute__((target("amx-tile,amx-bf16"))) inline float amx_loop(long iterations) {
+__attribute__((target("amx-tile,amx-bf16"))) float amx_loop(long iterations) {
   static const AmxPeakConfig cfg;
-  alignas(64) static const unsigned short ones[16 * 32] = {};
+  alignas(64) static const unsigned short zeros[16 * 32] = {};
   _tile_loadconfig(&cfg);
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
-  _tile_loadd(4, ones, 64);
-  _tile_loadd(5, ones, 64);
-  _tile_loadd(6, ones, 64);
-  _tile_loadd(7, ones, 64);
+  _tile_loadd(4, zeros, 64);
+  _tile_loadd(5, zeros, 64);
+  _tile_loadd(6, zeros, 64);
+  _tile_loadd(7, zeros, 64);
   for (long it = 0; it < iterations / 16; ++it) {
     _tile_dpbf16ps(0, 4, 6);
     _tile_dpbf16ps(1, 4, 7);
@@ -92,14 +95,13 @@ __attribute__((target("amx-tile,amx-bf16"))) inline float amx_loop(long iteratio
   return out[0];
 }
 
-// GFLOP/s of `loop` (flops_per_iteration each) on `threads` pool threads at once (0: the
-// whole pool), best of 5.
+// GFLOP/s of `loop` (flops_per_iteration each, `iterations` of them) on `threads` pool
+// threads at once (0: the whole pool), best of 3.
 template <typename Loop>
-double measure_loop_gflops(Loop loop, double flops_per_iteration, int threads) {
-  const long iterations = 20'000'000;
+double measure_loop_gflops(Loop loop, double flops_per_iteration, int threads, long iterations) {
   const int team = threads > 0 ? threads : num_threads();
   double best = 0;
-  for (int trial = 0; trial < 5; ++trial) {
+  for (int trial = 0; trial < 3; ++trial) {
     std::vector<float> sink(static_cast<std::size_t>(team));
     const auto start = std::chrono::steady_clock::now();
     parallel_team(team, [&](int tid, int) { sink[static_cast<std::size_t>(tid)] = loop(iterations); });
@@ -110,17 +112,29 @@ double measure_loop_gflops(Loop loop, double flops_per_iteration, int threads) {
   return best;
 }
 
-// GFLOP/s of FMAs on `threads` pool threads at once (0: the whole pool), best of 5.
-inline double measure_fma_peak_gflops(bool avx512, int threads) {
-  if (avx512) return measure_loop_gflops(fma_loop_avx512, 16.0 * 16 * 2, threads);
-  return measure_loop_gflops(fma_loop_avx2, 12.0 * 8 * 2, threads);
+}  // namespace
+
+double measured_fma_peak_gflops(int threads, long iterations) {
+  if (cpu::has_avx512()) return measure_loop_gflops(fma_loop_avx512, 16.0 * 16 * 2, threads, iterations);
+  if (cpu::has_avx2()) return measure_loop_gflops(fma_loop_avx2, 12.0 * 8 * 2, threads, iterations);
+  return 0;
 }
 
-// GFLOP/s of tdpbf16ps (call only when AMX is usable), as above: each counted iteration is a
-// sixteenth of a round of four tile products.
-inline double measure_amx_peak_gflops(int threads) { return measure_loop_gflops(amx_loop, 4.0 * 16384 / 16, threads); }
+double measured_bf16_peak_gflops(int threads, long iterations) {
+  return cpu::has_avx512_bf16() ? measure_loop_gflops(dpbf16_loop, 16.0 * 32 * 2, threads, iterations) : 0;
+}
 
-// GFLOP/s of vdpbf16ps (call only on a CPU with AVX-512-BF16), as above.
-inline double measure_bf16_peak_gflops(int threads) { return measure_loop_gflops(dpbf16_loop, 16.0 * 32 * 2, threads); }
+double measured_amx_peak_gflops(int threads, long iterations) {
+  // each counted iteration is a sixteenth of a round of four tile products
+  return cpu::amx_usable() ? measure_loop_gflops(amx_loop, 4.0 * 16384 / 16, threads, iterations) : 0;
+}
 
-}  // namespace wedge::bench
+double measured_gemm_peak_gflops(Precision precision, int threads, long iterations) {
+  if (precision == Precision::BF16) {
+    if (bf16_path() == Bf16Path::Amx) return measured_amx_peak_gflops(threads, iterations);
+    if (bf16_path() == Bf16Path::Avx512Bf16) return measured_bf16_peak_gflops(threads, iterations);
+  }
+  return measured_fma_peak_gflops(threads, iterations);
+}
+
+}  // namespace wedge::kernels
