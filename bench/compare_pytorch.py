@@ -19,6 +19,11 @@ with them.
     /usr/bin/python3 bench/compare_pytorch.py --seq-scaling   # 2 layers, d 128, batch 1, L 256..8192
     /usr/bin/python3 bench/compare_pytorch.py --paper --models sheaf   # SheafStateLM (PyTorch peaks ~22 GB)
     /usr/bin/python3 bench/compare_pytorch.py --nli --models transformer,grassmann,sheaf   # the SNLI classifier
+    /usr/bin/python3 bench/compare_pytorch.py --paper --bf16  # also mixed precision, both engines
+
+With --bf16 each model runs four ways in one pass: wedge fp32, wedge --precision bf16, PyTorch
+fp32, and PyTorch under torch.autocast("cpu", dtype=torch.bfloat16) - its own CPU mixed
+precision (oneDNN bf16 GEMMs; fp32 weights and optimizer), PyTorch's best bf16 setting.
 """
 import argparse
 import json
@@ -428,11 +433,15 @@ def bench_torch(cfg, batch, steps, warmup, device="cpu"):
         x = torch.randint(0, cfg["vocab"], (batch, cfg["block"] + 1), device=device)
         sync()
         t0 = time.perf_counter()
-        logits = model(x[:, :-1])
-        aux = 0.0
-        if isinstance(logits, tuple):  # SheafStateLM: its balance loss joins the gradient
-            logits, aux = logits
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg["vocab"]), x[:, 1:].reshape(-1)) + aux
+        # Mixed precision the way PyTorch documents it: the forward and the loss under
+        # autocast (its bf16 ops run in bf16, the rest in fp32), the backward outside it.
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=cfg.get("precision") == "bf16"):
+            logits = model(x[:, :-1])
+            aux = 0.0
+            if isinstance(logits, tuple):  # SheafStateLM: its balance loss joins the gradient
+                logits, aux = logits
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg["vocab"]).float(),
+                                                     x[:, 1:].reshape(-1)) + aux
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -455,7 +464,8 @@ def bench_wedge(wedge, cfg, batch, steps, warmup, device="cpu"):
     cmd = [wedge, "bench-step", "--model", cfg["model"], "--vocab-size", str(cfg["vocab"]), "--layers", str(cfg["layers"]),
            "--d-model", str(cfg["d"]), "--d-ff", str(cfg["dff"]), "--heads", str(cfg["heads"]), "--block", str(cfg["block"]),
            "--rank", str(cfg["rank"]), "--windows", ",".join(map(str, cfg["windows"])), "--batch", str(batch),
-           "--steps", str(steps), "--warmup-steps", str(warmup), "--threads", "2", "--device", device, "--json"]
+           "--steps", str(steps), "--warmup-steps", str(warmup), "--threads", "2", "--device", device,
+           "--precision", cfg.get("precision", "fp32"), "--json"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
     return json.loads(out)
 
@@ -487,6 +497,8 @@ def main():
     ap.add_argument("--literal", action="store_true",
                     help="also time PyTorch's GrassmannLM in the paper code's literal form (an extra, labelled row)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda (both engines on the same device)")
+    ap.add_argument("--bf16", action="store_true",
+                    help="also mixed precision: wedge --precision bf16 and PyTorch autocast-bf16, side by side with fp32")
     ap.add_argument("--torch-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.torch_child:
@@ -509,6 +521,20 @@ def main():
         else:
             runs.append(({"model": model, "vocab": 8192, "layers": 4, "d": 128, "dff": 512, "heads": 4, "block": 128,
                           "rank": 16, "windows": [1, 2, 4, 8, 12, 16]}, 16))
+    if args.bf16:
+        # Four rows per model in one pass, alternating the engines.
+        print(f"{'model':<12} {'batch':>5} {'wedge fp32':>11} {'wedge bf16':>11} {'torch fp32':>11} {'torch bf16':>11} "
+              f"{'bf16/t fp32':>12} {'bf16/t bf16':>12} {'fp32/t fp32':>12}   (tokens/s)")
+        for cfg, batch in runs:
+            w32 = bench_wedge(args.wedge, cfg, batch, args.steps, 1, args.device)
+            t32 = run_in_child(args, cfg, batch, args.steps, 1)
+            w16 = bench_wedge(args.wedge, dict(cfg, precision="bf16"), batch, args.steps, 1, args.device)
+            t16 = run_in_child(args, dict(cfg, precision="bf16"), batch, args.steps, 1)
+            a, b, c, d = (r["tokens_per_s"] for r in (w32, w16, t32, t16))
+            print(f"{cfg['model']:<12} {batch:>5} {a:>11.0f} {b:>11.0f} {c:>11.0f} {d:>11.0f} {b / c:>12.2f} {b / d:>12.2f} "
+                  f"{a / c:>12.2f}   wedge bf16 GEMMs: {w16.get('kernels', '?')}, {100 * w16.get('mfu', 0):.0f} % of peak",
+                  flush=True)
+        return
     print(f"{'model':<12} {'block':>6} {'batch':>5} {'wedge tok/s':>12} {'torch tok/s':>12} {'ratio':>6} "
           f"{'wedge RSS MB':>13} {'torch RSS MB':>13}")
     for cfg, batch in runs:
