@@ -81,6 +81,7 @@ void train_nli_task(const CLI::App* cmd, const ModelFlags& flags, const TrainSet
   s.out = st.out;
   s.overwrite = st.overwrite;
   s.device = st.device;
+  s.precision = st.precision;
   s.json = st.json;
   const NliResult r = train_nli(config, s);
   const nlohmann::json j = {{"task", "nli"},
@@ -186,10 +187,12 @@ void register_train(CLI::App& app) {
 // `wedge eval` of a sentence-pair classifier: accuracy, its interval, macro-F1 and the
 // confusion matrix on the selection or test split of the run's protocol.
 void eval_nli_run(const std::string& run_dir, const std::string& which, const std::string& split,
-                  const std::string& data_dir, std::int64_t batch, bool json, const std::string& device) {
+                  const std::string& data_dir, std::int64_t batch, bool json, const std::string& device,
+                  const std::string& precision) {
   if (split == "train") throw CLI::ValidationError("--split", "a classifier is evaluated on valid (its selection split) or test");
   LoadedNliRun run = load_nli_run(run_dir, which, Device::parse(device));
   NliSettings s = run.settings;
+  const MatmulPrecisionGuard precision_scope(parse_precision(precision.empty() ? s.precision : precision));
   if (!data_dir.empty()) s.data_dir = data_dir;
   const data::Tokenizer tokenizer = data::Tokenizer::from_file(s.vocab);
   const NliSplits splits = load_nli_splits(s, tokenizer, static_cast<std::size_t>(run.config.max_length));
@@ -240,7 +243,8 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--batch", *batch, "Sequences per forward pass")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   cmd->add_flag("--json", *json, "Print one JSON object");
   cmd->callback([=] {
-    if (is_nli_run(*run_dir)) return eval_nli_run(*run_dir, *which, *split, spec->data_dir, *batch, *json, *device);
+    if (is_nli_run(*run_dir))
+      return eval_nli_run(*run_dir, *which, *split, spec->data_dir, *batch, *json, *device, *precision);
     LoadedRun run = load_run(*run_dir, *which, Device::parse(*device));
     const MatmulPrecisionGuard precision_scope(
         parse_precision(precision->empty() ? json_field(run.settings, "precision", std::string("fp32")) : *precision));
@@ -310,6 +314,7 @@ void register_classify(CLI::App& app) {
     if (!is_nli_run(*run_dir))
       throw std::runtime_error("no sentence-pair classifier in '" + *run_dir + "' (train one with `wedge train --task nli`)");
     LoadedNliRun run = load_nli_run(*run_dir, "best", Device::parse(*device));
+    const MatmulPrecisionGuard precision_scope(parse_precision(run.settings.precision));  // as it was trained
     const data::Tokenizer tokenizer = data::Tokenizer::from_file(run.settings.vocab);
     std::ifstream in_file;
     if (!file->empty()) {

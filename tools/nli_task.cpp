@@ -71,7 +71,7 @@ nlohmann::json NliSettings::to_json() const {
   return {{"data_dir", data_dir}, {"vocab", vocab},   {"protocol", protocol}, {"train_pairs", train_pairs},
           {"epochs", epochs},     {"batch", batch},   {"lr", lr},             {"min_lr_ratio", min_lr_ratio},
           {"warmup", warmup},     {"weight_decay", weight_decay},             {"clip", clip},
-          {"seed", seed},         {"device", device}};
+          {"seed", seed},         {"device", device},   {"precision", precision}};
 }
 
 NliSettings NliSettings::from_json(const nlohmann::json& j) {
@@ -89,6 +89,7 @@ NliSettings NliSettings::from_json(const nlohmann::json& j) {
   s.clip = json_field(j, "clip", s.clip);
   s.seed = json_field(j, "seed", s.seed);
   s.device = json_field(j, "device", s.device);
+  s.precision = json_field(j, "precision", s.precision);  // runs from before mixed precision: fp32
   return s;
 }
 
@@ -242,6 +243,7 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
                   std::chrono::duration<double>(Clock::now() - t_load).count()));
 
   const Device device = Device::parse(settings.device);
+  const MatmulPrecisionGuard precision_scope(parse_precision(settings.precision));
   models::check_model_memory(config, models::ModelUse::training);
   auto model = models::make_nli_model(config);
   model->to(device);
@@ -251,9 +253,9 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
   result.description = splits.description;
   result.parameters = model->num_parameters();
   result.train_pairs = static_cast<std::int64_t>(splits.train->size());
-  say(fmt::format("model: nli classifier, {} head{}, {} layers, d {}, {} parameters, on {}", config.head,
+  say(fmt::format("model: nli classifier, {} head{}, {} layers, d {}, {} parameters, on {}, {}", config.head,
                   config.hypothesis_only ? " (hypothesis only)" : "", config.layers, config.d_model, result.parameters,
-                  device.str()));
+                  device.str(), precision_description(matmul_precision(), device)));
 
   const auto per_epoch = static_cast<std::int64_t>(splits.train->batches(static_cast<std::size_t>(settings.batch)));
   const std::int64_t total_steps = per_epoch * settings.epochs;

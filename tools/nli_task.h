@@ -43,6 +43,7 @@ struct NliSettings {
   std::string out;
   bool overwrite = false;  // replace the run already in `out`
   std::string device = "cpu";
+  std::string precision = "fp32";  // fp32 | bf16 (engine/precision.h)
   bool json = false;
 
   nlohmann::json to_json() const;

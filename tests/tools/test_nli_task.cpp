@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/precision.h"
 #include "tools/nli_task.h"
 #include "tools/plot.h"
 #include "trainer_support.h"
@@ -153,6 +154,20 @@ TEST_CASE("train --task nli end to end: metrics, checkpoints, test report, major
     CHECK(tests == 1);
     const LoadedNliRun loaded = load_nli_run(s.out);
     CHECK(loaded.config.head == head);
+    CHECK(evaluate_nli(*loaded.model, *load_nli_splits(loaded.settings, data::Tokenizer::from_file(f.vocab), 48).test, 16)
+              .report.accuracy == doctest::Approx(r.test.accuracy));
+  }
+  // In bf16 the run records its precision, and evaluating it in that precision gives the
+  // test accuracy the training reported.
+  {
+    c.head = "transformer";
+    NliSettings b = s;
+    b.out = wedge::testing::fresh_run_dir("nli_run_bf16");
+    b.precision = "bf16";
+    const NliResult r = train_nli(c, b);
+    const LoadedNliRun loaded = load_nli_run(b.out);
+    CHECK(loaded.settings.precision == "bf16");
+    const MatmulPrecisionGuard bf16(Precision::BF16);
     CHECK(evaluate_nli(*loaded.model, *load_nli_splits(loaded.settings, data::Tokenizer::from_file(f.vocab), 48).test, 16)
               .report.accuracy == doctest::Approx(r.test.accuracy));
   }
