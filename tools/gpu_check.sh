@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU checks in one go, for a machine with an NVIDIA GPU (e.g. an H200): builds with
 # CUDA, runs the whole test suite (the CUDA parity and training tests run when a device is
-# present), the CUDA GEMM ladder against cuBLAS, the causality audit on the GPU, and the
-# training-step comparison with PyTorch on the same GPU. Logs go to $OUT (default gpu-logs/).
+# present, the bf16 GEMM among them), the CUDA GEMM ladder against cuBLAS, the causality
+# audit on the GPU, the paper models' steps in fp32 and bf16, and the training-step
+# comparison with PyTorch on the same GPU. Logs go to $OUT (default gpu-logs/).
 #
 #   OUT=/some/dir tools/gpu_check.sh
 set -uo pipefail
@@ -24,6 +25,14 @@ build-gpu/wedge audit-causal --model sheaf --leaky --device cuda > "$OUT/audit_s
 build-gpu/wedge bench-step --model sheaf --device cuda --batch 32 --steps 10 --json > "$OUT/bench_sheaf_cuda.log" 2>&1
 for h in transformer grassmann sheaf; do  # the sentence-pair classifier's heads on the GPU
   build-gpu/wedge bench-step --task nli --head $h --device cuda --batch 32 --steps 10 --json > "$OUT/bench_nli_${h}_cuda.log" 2>&1
+done
+# Mixed precision on the GPU: the bf16 GEMM against the reference (the harness runs it with
+# the rest of the CUDA parity checks), and the paper models' steps in fp32 and bf16.
+for m in transformer grassmann sheaf; do
+  for p in fp32 bf16; do
+    build-gpu/wedge bench-step --model $m --device cuda --batch 32 --steps 10 --precision $p --json \
+      > "$OUT/bench_${m}_${p}_cuda.log" 2>&1
+  done
 done
 build-gpu/bench/bench_backends > "$OUT/bench_backends.log" 2>&1
 python3 bench/compare_pytorch.py --wedge build-gpu/wedge --device cuda --paper --steps 20 > "$OUT/compare_pytorch_cuda.log" 2>&1
