@@ -207,8 +207,8 @@ void pack_a_amx(const float* a, i64 row_stride, i64 col_stride, i64 rows, i64 kc
     for (i64 s = 0; s < depth; s += kTileSlots) {
       // 32 values of k (16 slots) of the panel's rows, k-major: k_major[slot * 32 + row]
       const i64 p0 = 2 * s, count = kc - p0 < 2 * kTileSlots ? (kc - p0 > 0 ? kc - p0 : 0) : 2 * kTileSlots;
-      bf16::pack_a_k_major(a + q * kMr * row_stride + p0 * col_stride, row_stride, col_stride, lines, count, kMr,
-                           kTileSlots, k_major);
+      bf16::pack_k_major(a + q * kMr * row_stride + p0 * col_stride, row_stride, col_stride, lines, count, kMr,
+                         kTileSlots, k_major);
       float* block = panel + (s / kTileSlots) * kABlockFloats;
       for (int half = 0; half < 2; ++half)
         avx512::transpose_block(k_major + 16 * half, kMr, kTileSlots, 16, block + 16 * half * kTileSlots, kTileSlots,
@@ -219,7 +219,7 @@ void pack_a_amx(const float* a, i64 row_stride, i64 col_stride, i64 rows, i64 kc
 
 void pack_b_amx(const float* b, i64 row_stride, i64 col_stride, i64 kc, i64 /*next_kc*/, i64 cols, float* out) {
   const i64 depth = ((kc + 1) / 2 + kTileSlots - 1) / kTileSlots * kTileSlots;
-  bf16::pack_b_k_major(b, row_stride, col_stride, kc, cols, kNr, depth, out);
+  bf16::pack_k_major(b, col_stride, row_stride, cols, kc, kNr, depth, out);
 }
 
 }  // namespace

@@ -81,34 +81,20 @@ inline void zero_tail(float* panel, int width, i64 from, i64 depth) {
     std::memset(panel + from * width, 0, static_cast<std::size_t>((depth - from) * width) * sizeof(float));
 }
 
-// Rows [0, rows) of op(A) into panels of `mr` rows, k-major (panel[s * mr + r]), `depth`
-// slots deep (>= ceil(kc / 2); slots past the data are zero). Element (r, p) of op(A) is
-// a[r * row_stride + p * col_stride]; one stride is 1.
-inline void pack_a_k_major(const float* a, i64 row_stride, i64 col_stride, i64 rows, i64 kc, int mr, i64 depth,
-                           float* out) {
-  for (i64 q = 0; q * mr < rows; ++q) {
-    const i64 lines = rows - q * mr < mr ? rows - q * mr : mr;
-    float* panel = out + q * mr * depth;
-    if (col_stride == 1)
-      pack_lines_contiguous(a + q * mr * row_stride, row_stride, static_cast<int>(lines), kc, mr, panel);
+// Lines [0, lines) of an operand into panels of `width` lines, k-major (panel[s * width +
+// line]), `depth` slots deep (>= ceil(kc / 2); slots past the data are zero). Element
+// (line, p) is src[line * line_stride + p * k_stride]; one stride is 1. For op(A) the lines
+// are its rows (line_stride = row_stride, k_stride = col_stride), for op(B) its columns.
+inline void pack_k_major(const float* src, i64 line_stride, i64 k_stride, i64 lines, i64 kc, int width, i64 depth,
+                         float* out) {
+  for (i64 q = 0; q * width < lines; ++q) {
+    const i64 here = lines - q * width < width ? lines - q * width : width;
+    float* panel = out + q * width * depth;
+    if (k_stride == 1)
+      pack_lines_contiguous(src + q * width * line_stride, line_stride, static_cast<int>(here), kc, width, panel);
     else
-      pack_lines_across(a + q * mr, col_stride, lines, kc, mr, panel);
-    zero_tail(panel, mr, (kc + 1) / 2, depth);
-  }
-}
-
-// Columns [0, cols) of op(B) into panels of `nr` columns, k-major (panel[s * nr + c]),
-// `depth` slots deep as above. Element (p, c) of op(B) is b[p * row_stride + c * col_stride].
-inline void pack_b_k_major(const float* b, i64 row_stride, i64 col_stride, i64 kc, i64 cols, int nr, i64 depth,
-                           float* out) {
-  for (i64 q = 0; q * nr < cols; ++q) {
-    const i64 lines = cols - q * nr < nr ? cols - q * nr : nr;
-    float* panel = out + q * nr * depth;
-    if (row_stride == 1)
-      pack_lines_contiguous(b + q * nr * col_stride, col_stride, static_cast<int>(lines), kc, nr, panel);
-    else
-      pack_lines_across(b + q * nr, row_stride, lines, kc, nr, panel);
-    zero_tail(panel, nr, (kc + 1) / 2, depth);
+      pack_lines_across(src + q * width * line_stride, k_stride, here, kc, width, panel);
+    zero_tail(panel, width, (kc + 1) / 2, depth);
   }
 }
 
