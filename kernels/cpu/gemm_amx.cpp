@@ -21,10 +21,12 @@
 //
 // The kernel is written once against a tile interface with two implementations: the AMX
 // instructions, and a plain C++ model of the same instructions (the tile registers as
-// thread-local arrays, tdpbf16ps with the instruction's own order of fp32 additions). The
-// model runs the kernel, its panels and its edge handling on any CPU with AVX-512-BF16, so
-// the tests check them against the reference where the hardware is missing; on an AMX CPU
-// they also check that the two agree bit for bit.
+// thread-local arrays, tdpbf16ps as its documented operation: exact bf16 products summed
+// into fp32 with round-to-nearest-even, denormals in and out flushed). The model runs the
+// kernel, its panels and its edge handling on any CPU with AVX-512-BF16, so the tests check
+// them against the reference where the hardware is missing; on an AMX CPU the hardware
+// kernel is checked against the reference too (not against the model bit for bit: how the
+// hardware rounds the sum of a pair's two products is its own).
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -126,9 +128,9 @@ struct EmulatedTiles {
   template <int T> static void store(void* p, i64 stride) {
     for (int r = 0; r < 16; ++r) std::memcpy(static_cast<char*>(p) + r * stride, regs().bytes[T] + r * 64, 64);
   }
-  // tdpbf16ps: for each row m, each pair k, each column n, C[m][n] += A[m][2k+1] B[k][2n+1],
-  // then += A[m][2k] B[k][2n]: two fp32 additions of exact products, in this order;
-  // subnormal inputs read as zero and subnormal results flush to zero.
+  // tdpbf16ps: for each row m, each pair k, each column n, C[m][n] += A[m][2k] B[k][2n],
+  // then += A[m][2k+1] B[k][2n+1]: two fp32 additions of exact products; subnormal inputs
+  // read as zero and subnormal results flush to zero.
   template <int C, int A, int B> static void dot() {
     Registers& t = regs();
     float c[16][16];
@@ -145,8 +147,8 @@ struct EmulatedTiles {
     for (int m = 0; m < 16; ++m)
       for (int k = 0; k < 16; ++k)
         for (int n = 0; n < 16; ++n) {
-          c[m][n] = flush(c[m][n] + value(a[m][2 * k + 1]) * value(b[k][2 * n + 1]));
           c[m][n] = flush(c[m][n] + value(a[m][2 * k]) * value(b[k][2 * n]));
+          c[m][n] = flush(c[m][n] + value(a[m][2 * k + 1]) * value(b[k][2 * n + 1]));
         }
     std::memcpy(t.bytes[C], c, sizeof c);
   }

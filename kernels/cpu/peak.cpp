@@ -64,7 +64,8 @@ __attribute__((target("avx512f,avx512bf16"))) float dpbf16_loop(long iterations)
   return out[0];
 }
 
-// The AMX peak: tdpbf16ps on four independent 16 x 16 accumulator tiles (16 x 16 x 32
+// The AMX peak: tdpbf16ps on four independent 16 x 16 accumulator tiles (tiles 0-7 all 16
+// rows of 64 bytes: gemm_amx.cpp's configuration) (16 x 16 x 32
 // multiply-adds, 16,384 flops each). Call only after kernels::cpu::amx_usable().
 struct alignas(64) AmxPeakConfig {
   unsigned char palette = 1, start_row = 0, reserved[14] = {};
@@ -91,7 +92,8 @@ __attribute__((target("amx-tile,amx-bf16"))) float amx_loop(long iterations) {
   }
   alignas(64) float out[16 * 16];
   _tile_stored(0, out, 64);
-  _tile_release();
+  // No tilerelease: the GEMM kernel loads its configuration once per thread (the same as
+  // this one) and must find it still in place when it runs on this thread later.
   return out[0];
 }
 
