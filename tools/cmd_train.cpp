@@ -290,6 +290,8 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--seed", *seed, "Sampling seed (same seed, same text)")->check(non_negative_integer())->capture_default_str();
   cmd->callback([=] {
     LoadedRun run = load_run(*run_dir, "best", Device::parse(*device));
+    // in the precision the run was trained in
+    const MatmulPrecisionGuard precision_scope(parse_precision(json_field(run.settings, "precision", std::string("fp32"))));
     CorpusSpec s = corpus_spec_of(run);
     s.load_train = false;
     Corpus corpus = load_corpus(s);
