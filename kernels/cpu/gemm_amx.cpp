@@ -34,6 +34,7 @@
 #include <cstring>
 
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/pack_bf16_avx512.h"
 #include "kernels/cpu/simd_avx512.h"
 #include "kernels/ref/bf16.h"
@@ -242,8 +243,7 @@ const SgemmMicroKernel& bf16_amx_emulated_microkernel() {
 
 bool amx_usable() {
   static const bool yes = [] {
-    if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16")) return false;
-    if (!__builtin_cpu_supports("avx512bf16")) return false;  // the packers
+    if (!cpu_reports_amx_bf16() || !has_avx512_bf16()) return false;  // the packers need AVX-512-BF16
     // Linux (5.16+) hands out the 8 KB tile state only to processes that ask for it.
     constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
     return ::syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;

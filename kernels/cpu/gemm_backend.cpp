@@ -1,5 +1,6 @@
 // GEMM backend selection: wedge's packed GEMM (per instruction set) or OpenBLAS.
 #include <cblas.h>
+#include <cpuid.h>
 #include <strings.h>
 
 #include <algorithm>
@@ -37,8 +38,22 @@ bool has_avx2() {
   return yes;
 }
 
+// From cpuid directly: not every compiler's __builtin_cpu_supports knows these features.
+namespace {
+bool cpuid_leaf7_bit(unsigned subleaf, int reg, unsigned bit) {
+  unsigned r[4] = {0, 0, 0, 0};
+  if (__get_cpuid_count(7, subleaf, &r[0], &r[1], &r[2], &r[3]) == 0) return false;
+  return ((r[reg] >> bit) & 1u) != 0;
+}
+}  // namespace
+
 bool has_avx512_bf16() {
-  static const bool yes = has_avx512() && __builtin_cpu_supports("avx512bf16");
+  static const bool yes = has_avx512() && cpuid_leaf7_bit(1, 0, 5);  // leaf 7.1 EAX bit 5
+  return yes;
+}
+
+bool cpu_reports_amx_bf16() {
+  static const bool yes = cpuid_leaf7_bit(0, 3, 22) && cpuid_leaf7_bit(0, 3, 24);  // leaf 7.0 EDX: AMX-BF16, AMX-TILE
   return yes;
 }
 
@@ -263,7 +278,7 @@ Bf16Path bf16_path() { return bf16_state().load(std::memory_order_relaxed); }
 const char* bf16_gemm_description() {
   if (bf16_path() == Bf16Path::Amx) return "amx-bf16 32x32 (tdpbf16ps)";
   if (bf16_path() == Bf16Path::Avx512Bf16) {
-    return cpu::has_avx512_bf16() && __builtin_cpu_supports("amx-bf16")
+    return cpu::cpu_reports_amx_bf16()
                ? "avx512-bf16 14x32 (vdpbf16ps; AMX present but not used)"
                : "avx512-bf16 14x32 (vdpbf16ps)";
   }

@@ -12,6 +12,9 @@ bool has_avx512();
 bool has_avx2();
 // AVX-512 (as above) with the BF16 extension.
 bool has_avx512_bf16();
+// The CPU reports AMX-TILE and AMX-BF16 (cpuid; whether Linux grants the tile state is
+// amx_usable's question, gemm.h).
+bool cpu_reports_amx_bf16();
 
 // The float32 gemm entry of the CPU table: wedge's or OpenBLAS's, per gemm_backend().
 void sgemm_selected(const GemmArgs<float>& args);

@@ -40,7 +40,7 @@ void gemm(const GemmArgs<T>& g) {
     T* C = g.c + b * g.stride_c;
     // op(A)[i,p]: A is stored m x k (row i, column p) or, transposed, k x m.
     const bool bf16 = std::is_same_v<T, float> && g.precision == Precision::BF16;
-    auto operand = [bf16](T x) { return bf16 ? T(bf16_round(float(x))) : x; };
+    auto operand = [&](T x) { return bf16 ? T(bf16_round(float(x))) : x; };
     auto a_at = [&](i64 i, i64 p) {
       return operand(g.trans_a == Trans::N ? A[i * g.lda + p] : A[p * g.lda + i]);
     };
