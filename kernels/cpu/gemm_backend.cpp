@@ -174,16 +174,11 @@ void dgemm_openblas(const GemmArgs<double>& g) {
 
 void sgemm_wedge(const GemmArgs<float>& args, int threads) {
   if (args.precision == Precision::BF16) {
-    if (bf16_path() == Bf16Path::Amx) {
-      const cpu::SgemmMicroKernel& mk = cpu::bf16_amx_microkernel();
-      static const cpu::GemmBlocking blocking = cpu::default_blocking(mk);
-      cpu::sgemm_packed(mk, blocking, args, threads);
-      return;
-    }
-    if (bf16_path() == Bf16Path::Avx512Bf16) {
-      const cpu::SgemmMicroKernel& mk = cpu::bf16_avx512_microkernel();
-      static const cpu::GemmBlocking blocking = cpu::default_blocking(mk);
-      cpu::sgemm_packed(mk, blocking, args, threads);
+    const Bf16Path path = bf16_path();
+    if (path != Bf16Path::Fp32) {
+      const cpu::SgemmMicroKernel& mk =
+          path == Bf16Path::Amx ? cpu::bf16_amx_microkernel() : cpu::bf16_avx512_microkernel();
+      cpu::sgemm_packed(mk, cpu::default_blocking(mk), args, threads);
       return;
     }
     GemmArgs<float> fp32 = args;
