@@ -3,21 +3,15 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "data/splitmix.h"
+
 namespace wedge::data {
 
 namespace {
 
-// splitmix64: a tiny, well-mixed generator; the data room depends on nothing else.
-struct Rng {
-  std::uint64_t s;
-  std::uint64_t next() {
-    std::uint64_t z = (s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
+// Picks by modulo (not SplitMix64::below), so a seed still gives the corpus it always gave.
+struct Rng : SplitMix64 {
   std::size_t pick(std::size_t n) { return static_cast<std::size_t>(next() % n); }
-  bool coin(double p) { return static_cast<double>(next() >> 11) * 0x1p-53 < p; }
 };
 
 const std::vector<std::string> kDet = {"the", "a"};

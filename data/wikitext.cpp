@@ -11,6 +11,7 @@
 
 #include "data/dataset_errors.h"
 #include "data/hash.h"
+#include "data/splitmix.h"
 #include "data/unicode.h"
 
 namespace wedge::data {
@@ -78,14 +79,6 @@ std::uint64_t options_hash(const Tokenizer& tokenizer, WikiTextRelease release, 
       .add_u64(t.max_input_chars_per_word)
       .add_u64(t.match_special_tokens);
   return h.value();
-}
-
-// splitmix64 (Steele, Lea & Flood 2014): a tiny, well-mixed 64-bit generator.
-std::uint64_t splitmix64(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
 }
 
 }  // namespace
@@ -261,13 +254,8 @@ TokenStream load_text_file(const std::filesystem::path& file, const Tokenizer& t
 std::vector<std::uint32_t> seeded_permutation(std::size_t n, std::uint64_t seed, std::uint64_t stream) {
   std::vector<std::uint32_t> order(n);
   for (std::size_t i = 0; i < n; ++i) order[i] = static_cast<std::uint32_t>(i);
-  std::uint64_t state = seed ^ (0xD1B54A32D192ED03ull * (stream + 1));
-  for (std::size_t i = n; i > 1; --i) {
-    // Lemire's multiply-shift maps a 64-bit draw to [0, i) with negligible bias for i < 2^32.
-    const std::uint64_t r = splitmix64(state);
-    const auto j = static_cast<std::size_t>((static_cast<unsigned __int128>(r) * i) >> 64);
-    std::swap(order[i - 1], order[j]);
-  }
+  SplitMix64 rng{seed ^ (0xD1B54A32D192ED03ull * (stream + 1))};
+  for (std::size_t i = n; i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
   return order;
 }
 
