@@ -18,7 +18,7 @@ constexpr std::int32_t kSpecials = 5;  // [PAD] [UNK] [CLS] [SEP] [MASK]
 constexpr std::int32_t kSep = 3;
 constexpr std::int32_t kFillers = 64;
 constexpr std::int32_t kEntities = 32;
-constexpr std::int32_t kAttributes = 32;
+constexpr std::int32_t kAttributes = 16;
 constexpr std::int32_t kTopics = 16;
 
 // The id ranges of the vocabulary, in order.
@@ -76,7 +76,7 @@ void write_document(const DependencyProbeSettings& s, const Language& lang, Spli
 
   // Key-value recalls first: their spans are the longest and the hardest to place. The
   // distance is log-uniform in [1, L - 3]; a recall that finds no free place is left out.
-  const std::vector<std::int32_t> keys = distinct(rng, kEntities, std::min<std::int64_t>(s.entities, std::max<std::int64_t>(1, L / 20)));
+  const std::vector<std::int32_t> keys = distinct(rng, kEntities, std::min<std::int64_t>(s.entities, std::max<std::int64_t>(1, L / 10)));
   for (const std::int32_t key : keys) {
     const double u = rng.uniform();
     const auto d = std::clamp<std::int64_t>(static_cast<std::int64_t>(std::exp(u * std::log(double(L - 2)))), 1, L - 3);

@@ -46,9 +46,9 @@ struct DependencyProbeSettings {
   std::int64_t length = 128;             // tokens per document (the training block); at least 16
   std::int64_t train_tokens = 1 << 20;   // whole documents, rounded up
   std::int64_t eval_documents = 512;     // per evaluation split (valid, test)
-  // Key-value recalls per document; at most one per 20 tokens (so a short document keeps
+  // Key-value recalls per document; at most one per 10 tokens (so a short document keeps
   // room for filler), and fewer when they find no free place.
-  std::int64_t entities = 6;
+  std::int64_t entities = 12;
   std::int64_t topic_markers = 2;        // [TOPIC] markers per segment
   double local_rule_rate = 0.5;
   std::uint64_t seed = 0;

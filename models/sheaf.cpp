@@ -144,6 +144,9 @@ Tensor SheafMixer::forward(const Tensor& h, GluingReport& report) const {
   const Tensor bank = ops::reshape(restriction_, {depth_ * types_ * ds, ds});
   std::vector<std::vector<Tensor>> restricted(static_cast<std::size_t>(patches));
   std::vector<Tensor> summaries(restricted.size()), sections, state_x, state_b, energies, normalised;
+  // In eval mode, a_pq is kept for the report, in D slots per patch (slot j: q = p - 2^j).
+  const bool report_weights = !is_training();
+  std::vector<Tensor> weight_rows;
   auto restrict_all = [&](const Tensor& s) {  // s (B, ds) -> D tensors (B, ds)
     const Tensor pi = ops::softmax(type_.forward(s), 1);                                  // (B, K)
     const Tensor all = ops::reshape(ops::linear(s, bank), {B, depth_, types_, ds});        // R[j, k] s
@@ -163,8 +166,10 @@ Tensor SheafMixer::forward(const Tensor& h, GluingReport& report) const {
       cover.push_back(restrict_all(summarise(y0_last[pu]))[0]);
     }
     Tensor c;
+    const auto slots = static_cast<std::int64_t>(cover.size()) - (leaky_ ? 1 : 0);  // real cover members
     if (cover.empty()) {
       c = Tensor::zeros({B, ds}, h.dtype(), device);
+      if (report_weights) weight_rows.push_back(Tensor::zeros({B, depth_}, h.dtype(), device));
     } else {
       const Tensor r = ops::stack(cover, 1);                                            // (B, m, ds)
       const Tensor anchor = p > 0 ? summaries[static_cast<std::size_t>(p - 1)] : cover.back();
@@ -176,6 +181,11 @@ Tensor SheafMixer::forward(const Tensor& h, GluingReport& report) const {
       const Tensor scale = ops::sum(a * ops::sum(r * r, {2}), {1});                     // Σ a ||r||^2
       energies.push_back(energy);
       normalised.push_back(energy / (scale + 1e-6));
+      if (report_weights) {
+        Tensor w = ops::narrow(a.detach(), 1, 0, slots);
+        if (slots < depth_) w = ops::cat({w, Tensor::zeros({B, depth_ - slots}, h.dtype(), device)}, 1);
+        weight_rows.push_back(w);
+      }
     }
     const Tensor hx = state_x_.forward(c), hb = state_b_.forward(c);  // (B, E), (B, N)
     const Tensor y_last = y0_last[pu] + hx * ops::sum(reach[pu] * ops::unsqueeze(C_last[pu] * hb, 1), {2});
@@ -193,6 +203,7 @@ Tensor SheafMixer::forward(const Tensor& h, GluingReport& report) const {
   const Tensor y = ops::selective_scan(u, delta, A_log_, Bm, Cm, D_skip_, dt_bias_, h0, P, z);
 
   report.sections = ops::stack(sections, 1);
+  if (report_weights) report.weights = ops::stack(weight_rows, 1);
   if (!energies.empty()) {
     report.energy = ops::mean(ops::stack(energies, 1));
     report.energy_normalised = ops::mean(ops::stack(normalised, 1));
@@ -275,6 +286,7 @@ Tensor SheafBlock::forward(const Tensor& h_in, SheafStats& stats) const {
   add(stats.energy, report.energy);
   add(stats.energy_normalised, report.energy_normalised);
   add(stats.balance, balance);
+  if (report.weights.defined()) stats.weights.push_back(report.weights);
   if (stats.loads.empty()) stats.loads.assign(static_cast<std::size_t>(K), 0.0);
   for (std::int64_t k = 0; k < K; ++k) stats.loads[static_cast<std::size_t>(k)] += load[static_cast<std::size_t>(k)];
   ++stats.layers;
@@ -318,6 +330,24 @@ nlohmann::json SheafStateLM::diagnostics() const {
   std::vector<double> loads;
   for (double l : last_.loads) loads.push_back(l / layers);
   j["expert_load"] = loads;
+  // Mean a_pq per cover distance 2^j, over the layers, rows and patches that have slot j.
+  if (!last_.weights.empty()) {
+    const std::int64_t D = config_.cover_depth, P = last_.weights[0].size(1);
+    std::vector<double> sum(static_cast<std::size_t>(D), 0.0), count(static_cast<std::size_t>(D), 0.0);
+    for (const Tensor& w : last_.weights) {
+      const std::vector<double> host = w.to(Device::cpu()).to(DType::F64).to_vector<double>();
+      const std::int64_t rows = w.size(0);
+      for (std::int64_t b = 0; b < rows; ++b)
+        for (std::int64_t p = 0; p < P; ++p)
+          for (std::int64_t jj = 0; jj < D && p >= (std::int64_t{1} << jj); ++jj) {
+            sum[static_cast<std::size_t>(jj)] += host[static_cast<std::size_t>((b * P + p) * D + jj)];
+            count[static_cast<std::size_t>(jj)] += 1;
+          }
+    }
+    std::vector<double> mean;
+    for (std::size_t jj = 0; jj < sum.size(); ++jj) mean.push_back(count[jj] > 0 ? sum[jj] / count[jj] : 0.0);
+    j["gluing_weight_by_distance"] = mean;
+  }
   return j;
 }
 

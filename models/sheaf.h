@@ -53,6 +53,7 @@ struct GluingReport {
   Tensor sections;          // c_p, (B, patches, d_s)
   Tensor energy;            // mean over (batch, patches with a cover) of E_p, scalar
   Tensor energy_normalised; // the same of Ê_p, scalar (the auxiliary loss)
+  Tensor weights;           // eval mode only: a_pq, (B, patches, D), slot j for q = p - 2^j (0: no such q)
 };
 
 class SheafMixer : public Module {
@@ -106,6 +107,7 @@ struct SheafStats {
   Tensor energy_normalised;   // scale-free energy (what λ multiplies)
   Tensor balance;             // load-balancing loss, summed over layers
   std::vector<double> loads;  // fraction of patches per expert, summed over layers
+  std::vector<Tensor> weights;  // eval mode only: each layer's gluing weights (GluingReport::weights)
   std::int64_t layers = 0;
 };
 
@@ -113,7 +115,11 @@ class SheafStateLM : public TiedEmbeddingLM {
  public:
   explicit SheafStateLM(const LMConfig& config);
   Tensor auxiliary_loss() const override;
+  // Adds "gluing_weight_by_distance" (eval mode): the mean a_pq at cover distance 1, 2, 4, ...
   nlohmann::json diagnostics() const override;
+  // The gluing weights of the latest forward in eval mode, one (B, patches, D) tensor per
+  // layer (empty after a training forward): which earlier patches each patch read from.
+  const std::vector<Tensor>& gluing_weights() const { return last_.weights; }
 
  protected:
   Tensor run_blocks(const Tensor& h) override;

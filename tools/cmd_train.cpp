@@ -36,15 +36,36 @@ namespace {
 
 void add_data_flags(CLI::App* cmd, CorpusSpec& spec) {
   cmd->add_option("--data", spec.data,
-                  "Dataset: wikitext2, text (your own files: --train, --valid, --test, --vocab), or omit for the "
-                  "built-in synthetic corpus; snli with --task nli")
-      ->check(CLI::IsMember({"wikitext2", "text", "synthetic", "snli"}));
+                  "Dataset: wikitext2, text (your own files: --train, --valid, --test, --vocab), depsim (the dependency "
+                  "probe: targets decided only by a dependency of known type and distance, scored by distance at every "
+                  "evaluation), or omit for the built-in synthetic corpus; snli with --task nli")
+      ->check(CLI::IsMember({"wikitext2", "text", "synthetic", "snli", "depsim"}));
   cmd->add_option("--data-dir", spec.data_dir, "Directory with wiki.{train,valid,test}.raw or .tokens (WikiText-2)");
   cmd->add_option("--train", spec.train_file,
                   "--data text: the UTF-8 text file to train on (any size; tokenized once, then cached)");
   cmd->add_option("--valid", spec.valid_file,
                   "--data text: the validation file (default: the last 5 % of the training file's tokens)");
   cmd->add_option("--test", spec.test_file, "--data text: a test file, for `wedge eval --split test`");
+}
+
+// The dependency probe's accuracy: one row per distance bucket, one column per edge type.
+void print_dependency_table(const nlohmann::json& d) {
+  auto cell = [](const nlohmann::json& acc, const nlohmann::json& n) {
+    return acc.is_null() ? std::string("-") : fmt::format("{:.3f} ({})", acc.get<double>(), n.get<std::int64_t>());
+  };
+  fmt::print("accuracy on the dependent targets (probes in parentheses):\n{:>9}  {:>14}", "distance", "all");
+  for (const char* type : data::kDependencyTypeNames) fmt::print("  {:>14}", type);
+  fmt::print("\n");
+  for (std::size_t b = 0; b < d.at("buckets").size(); ++b) {
+    fmt::print("{:>9}  {:>14}", d["buckets"][b].get<std::string>(), cell(d["accuracy"][b], d["probes"][b]));
+    for (const char* type : data::kDependencyTypeNames)
+      fmt::print("  {:>14}", cell(d["types"][type]["by_distance"][b], d["types"][type]["probes_by_distance"][b]));
+    fmt::print("\n");
+  }
+  fmt::print("{:>9}  {:>14}", "all", "");
+  for (const char* type : data::kDependencyTypeNames)
+    fmt::print("  {:>14}", cell(d["types"][type]["accuracy"], d["types"][type]["probes"]));
+  fmt::print("\n");
 }
 
 // The corpus a run was trained on, as its config.json records it.
@@ -254,19 +275,18 @@ void register_eval(CLI::App& app) {
     Corpus corpus = load_corpus(s);
     const std::int64_t block = json_field(run.settings, "block", run.config.block);
     const auto t0 = std::chrono::steady_clock::now();
-    EvalResult ev = evaluate(*run.model, corpus.split(*split), block, *batch);
+    EvalResult ev = evaluate(*run.model, corpus.split(*split), block, *batch, corpus.probes(*split));
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (*json)
-      fmt::print("{}\n", nlohmann::json{{"split", *split},
-                                        {"ppl", ev.ppl},
-                                        {"nll", ev.nll},
-                                        {"tokens", ev.tokens},
-                                        {"seconds", secs},
-                                        {"precision", precision_name(matmul_precision())}}
-                             .dump());
-    else
+    if (*json) {
+      nlohmann::json j{{"split", *split},          {"ppl", ev.ppl},   {"nll", ev.nll},
+                       {"tokens", ev.tokens},      {"seconds", secs}, {"precision", precision_name(matmul_precision())}};
+      if (!ev.dependencies.is_null()) j["dependencies"] = ev.dependencies;
+      fmt::print("{}\n", j.dump());
+    } else {
       fmt::print("{} {} perplexity {:.3f} (mean NLL {:.4f} over {} predicted tokens, {:.1f}s)\n", corpus.name, *split, ev.ppl, ev.nll,
                  ev.tokens, secs);
+      if (!ev.dependencies.is_null()) print_dependency_table(ev.dependencies);
+    }
   });
 }
 

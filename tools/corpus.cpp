@@ -1,9 +1,11 @@
 #include "tools/corpus.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <stdexcept>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "data/synthetic.h"
@@ -20,6 +22,11 @@ const std::vector<std::int32_t>& Corpus::split(const std::string& which) const {
   if (ids->empty() && name == "text" && which == "test")
     throw std::runtime_error("this run has no test split: it was trained with --data text without --test FILE");
   return *ids;
+}
+
+const std::vector<data::DependencyProbe>& Corpus::probes(const std::string& which) const {
+  split(which);  // the same error for an unknown split
+  return which == "valid" ? valid_probes : which == "test" ? test_probes : train_probes;
 }
 
 void CorpusSpec::write_to(nlohmann::json& settings) const {
@@ -46,10 +53,16 @@ CorpusSpec CorpusSpec::read_from(const nlohmann::json& settings) {
   s.valid_file = json_field(settings, "valid_file", std::string());
   s.test_file = json_field(settings, "test_file", std::string());
   s.seed = json_field(settings, "seed", std::uint64_t{0});
+  s.block = json_field(settings, "block", s.block);
   return s;
 }
 
 namespace {
+
+std::size_t count_type(const std::vector<data::DependencyProbe>& probes, data::DependencyType type) {
+  return static_cast<std::size_t>(
+      std::count_if(probes.begin(), probes.end(), [type](const data::DependencyProbe& p) { return p.type == type; }));
+}
 
 Corpus synthetic_corpus(std::uint64_t seed) {
   auto c = std::make_shared<data::SyntheticCorpus>(data::make_synthetic_corpus(seed));
@@ -66,12 +79,40 @@ Corpus synthetic_corpus(std::uint64_t seed) {
 
 }  // namespace
 
+Corpus depsim_corpus(const CorpusSpec& spec) {
+  data::DependencyProbeSettings settings;
+  settings.length = spec.block;
+  settings.seed = spec.seed;
+  auto c = std::make_shared<data::DependencyProbeCorpus>(data::make_dependency_probe_corpus(settings));
+  Corpus out;
+  out.name = "depsim";
+  out.vocab_size = static_cast<std::int64_t>(c->vocab.size());
+  out.train = c->train;
+  out.valid = c->valid;
+  out.test = c->test;
+  out.train_probes = c->train_probes;
+  out.valid_probes = c->valid_probes;
+  out.test_probes = c->test_probes;
+  // The words are the synthetic corpus's kind: one vocabulary entry per whitespace word.
+  data::SyntheticCorpus words;
+  words.vocab = c->vocab;
+  out.encode = [words](const std::string& text) { return data::synthetic_encode(words, text); };
+  out.decode = [words](const std::vector<std::int32_t>& ids) { return data::synthetic_decode(words, ids); };
+  out.notes.push_back(fmt::format("dependency probe: documents of {} tokens; {} local, {} anchor and {} entity probes in "
+                                  "the validation split",
+                                  settings.length, count_type(out.valid_probes, data::DependencyType::local),
+                                  count_type(out.valid_probes, data::DependencyType::anchor),
+                                  count_type(out.valid_probes, data::DependencyType::entity)));
+  return out;
+}
+
 Corpus load_corpus(const CorpusSpec& spec) {
   if (spec.data.empty() || spec.data == "synthetic") return synthetic_corpus(spec.seed);
   if (spec.data == "wikitext2") return wikitext2_corpus(spec);
   if (spec.data == "text") return text_corpus(spec);
+  if (spec.data == "depsim") return depsim_corpus(spec);
   throw std::runtime_error("unknown --data '" + spec.data +
-                           "' (expected wikitext2 or text, or omit it for the synthetic corpus)");
+                           "' (expected wikitext2, text or depsim, or omit it for the synthetic corpus)");
 }
 
 }  // namespace wedge::tools

@@ -9,10 +9,12 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "data/dependency_probe.h"
+
 namespace wedge::tools {
 
 struct Corpus {
-  std::string name;  // "synthetic" | "wikitext2" | "text"
+  std::string name;  // "synthetic" | "wikitext2" | "text" | "depsim"
   std::int64_t vocab_size = 0;
   std::vector<std::int32_t> train, valid, test;
   std::function<std::vector<std::int32_t>(const std::string&)> encode;
@@ -20,19 +22,25 @@ struct Corpus {
 
   std::vector<std::string> notes;  // how the splits were formed, when the user should know
 
+  // --data depsim: the targets that only a dependency of known type and distance decides
+  // (data/dependency_probe.h), per split; empty for every other corpus.
+  std::vector<data::DependencyProbe> valid_probes, test_probes, train_probes;
+  const std::vector<data::DependencyProbe>& probes(const std::string& split) const;
+
   // The split by name (train | valid | test); throws naming what is missing when the
   // corpus has no such split (a text corpus trained without --test).
   const std::vector<std::int32_t>& split(const std::string& name) const;
 };
 
 struct CorpusSpec {
-  std::string data;      // "" or "synthetic" -> the built-in corpus; "wikitext2"; "text"
+  std::string data;      // "" or "synthetic" -> the built-in corpus; "wikitext2"; "text"; "depsim"
   std::string data_dir;  // for wikitext2
   std::string vocab;     // vocab.txt (wikitext2 default: <data_dir>/../bert-base-uncased-vocab.txt if present)
   // --data text: the user's files. Without a validation file, the last
   // kCarvedValidFraction of the training file's tokens become the validation split.
   std::string train_file, valid_file, test_file;
   std::uint64_t seed = 0;
+  std::int64_t block = 128;  // --data depsim: the document length (the run's training block)
   bool load_train = true;  // eval/generate skip tokenizing the training split
 
   // The fields a run folder records (config.json "train": data, data_dir, vocab and the
@@ -51,5 +59,7 @@ Corpus load_corpus(const CorpusSpec& spec);
 // through the same tokenizer and cache (tools/corpus_wikitext.cpp).
 Corpus wikitext2_corpus(const CorpusSpec& spec);
 Corpus text_corpus(const CorpusSpec& spec);
+// The dependency probe task of data/dependency_probe.h, one document per training block.
+Corpus depsim_corpus(const CorpusSpec& spec);
 
 }  // namespace wedge::tools

@@ -1,6 +1,8 @@
 #include "tools/trainer.h"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -18,6 +20,7 @@
 #include "kernels/cpu/cpu.h"
 #include "data/wikitext.h"
 #include "models/memory_check.h"
+#include "models/sheaf.h"
 #include "models/tied_embedding_lm.h"
 #include "ops/ops.h"
 #include "tools/run_folder.h"
@@ -84,10 +87,84 @@ void average_diagnostics(nlohmann::json& total, std::size_t batches) {
   }
 }
 
+// SheafStateLM reads earlier patches only through its gluing weights a_pq. For every probe
+// whose deciding token lies in an earlier patch q of the window: is q in the cover of the
+// predicting position's patch p, and if so, what weight (mean over the layers) does p give
+// it, against an even share 1/|N(p)| of its cover?
+struct GluingTally {
+  std::array<std::int64_t, 3> across{}, in_cover{};
+  std::array<double, 3> weight{}, even{};
+
+  nlohmann::json to_json() const {
+    nlohmann::json j = nlohmann::json::object();
+    for (std::size_t t = 0; t < data::kDependencyTypeNames.size(); ++t) {
+      if (across[t] == 0) continue;
+      auto mean = [&](double v) { return in_cover[t] > 0 ? nlohmann::json(v / double(in_cover[t])) : nlohmann::json(nullptr); };
+      j[data::kDependencyTypeNames[t]] = {{"across_patches", across[t]},
+                                          {"in_cover", in_cover[t]},
+                                          {"weight_on_source_patch", mean(weight[t])},
+                                          {"even_share", mean(even[t])}};
+    }
+    return j;
+  }
+};
+
+// Scores the probes whose targets lie in batch `b`: is the model's most likely token the target?
+void score_probes(const data::LmBatch& b, const Tensor& logits, const std::vector<data::DependencyProbe>& probes,
+                  const models::SheafStateLM* sheaf, data::DependencyTally& tally, GluingTally& gluing) {
+  const auto L = static_cast<std::int64_t>(b.block);
+  const std::vector<float> host = logits.to(Device::cpu()).to_vector<float>();
+  const auto V = static_cast<std::int64_t>(host.size()) / (static_cast<std::int64_t>(b.rows) * L);
+  std::vector<std::vector<float>> weights;  // per layer, (rows, patches, D)
+  std::int64_t patches = 0, D = 0, P = 0;
+  if (sheaf != nullptr && !sheaf->gluing_weights().empty()) {
+    for (const Tensor& w : sheaf->gluing_weights()) weights.push_back(w.to(Device::cpu()).to(DType::F32).to_vector<float>());
+    patches = sheaf->gluing_weights()[0].size(1);
+    D = sheaf->gluing_weights()[0].size(2);
+    P = sheaf->config().patch;
+  }
+  for (std::size_t r = 0; r < b.rows; ++r) {
+    const auto start = static_cast<std::int64_t>(b.block_ids[r]) * L;  // the window's first input token
+    auto it = std::lower_bound(probes.begin(), probes.end(), start + 1,
+                               [](const data::DependencyProbe& p, std::int64_t t) { return p.target < t; });
+    for (; it != probes.end() && it->target <= start + static_cast<std::int64_t>(b.lengths[r]); ++it) {
+      const std::int64_t predict = it->target - 1 - start, source = predict - it->distance;
+      if (source < 0) continue;  // the deciding token is outside this window
+      const float* row = host.data() + (static_cast<std::int64_t>(r) * L + predict) * V;
+      const auto best = std::max_element(row, row + V) - row;
+      tally.add(*it, best == b.targets[r * b.block + static_cast<std::size_t>(predict)]);
+      if (weights.empty() || source / P == predict / P) continue;
+      const std::int64_t p = predict / P, delta = p - source / P;
+      const auto t = static_cast<std::size_t>(it->type);
+      ++gluing.across[t];
+      if (!std::has_single_bit(static_cast<std::uint64_t>(delta)) || std::countr_zero(static_cast<std::uint64_t>(delta)) >= D)
+        continue;  // reached only through several hops of the chain
+      const std::int64_t slot = std::countr_zero(static_cast<std::uint64_t>(delta));
+      double w = 0;
+      for (const auto& layer : weights) w += layer[static_cast<std::size_t>((static_cast<std::int64_t>(r) * patches + p) * D + slot)];
+      std::int64_t members = 0;
+      for (std::int64_t j = 0; j < D && p >= (std::int64_t{1} << j); ++j) ++members;
+      ++gluing.in_cover[t];
+      gluing.weight[t] += w / double(weights.size());
+      gluing.even[t] += 1.0 / double(members);
+    }
+  }
+}
+
 }  // namespace
 
+std::string dependency_summary(const nlohmann::json& d) {
+  auto shown = [](const nlohmann::json& a) { return a.is_null() ? std::string("-") : fmt::format("{:.2f}", a.get<double>()); };
+  std::string line = "dependencies ";
+  for (std::size_t b = 0; b < d.at("buckets").size(); ++b)
+    line += fmt::format(" {}: {}", d["buckets"][b].get<std::string>(), shown(d["accuracy"][b]));
+  line += "  |";
+  for (const char* type : data::kDependencyTypeNames) line += fmt::format("  {} {}", type, shown(d["types"][type]["accuracy"]));
+  return line;
+}
+
 EvalResult evaluate(models::LanguageModel& model, const std::vector<std::int32_t>& stream, std::int64_t block,
-                    std::int64_t batch) {
+                    std::int64_t batch, const std::vector<data::DependencyProbe>& probes) {
   if (batch < 1) throw std::invalid_argument(fmt::format("evaluation: --batch is {}; it must be at least 1", batch));
   if (block < 1) throw std::invalid_argument(fmt::format("evaluation: the block is {}; it must be at least 1", block));
   if (stream.size() < 2)
@@ -100,6 +177,9 @@ EvalResult evaluate(models::LanguageModel& model, const std::vector<std::int32_t
   double nll_sum = 0;
   const data::LmBatcher batcher(stream, static_cast<std::size_t>(block), static_cast<std::size_t>(batch), 0);
   const Device device = module_device(model);
+  data::DependencyTally tally(block);
+  GluingTally gluing;
+  const auto* sheaf = dynamic_cast<const models::SheafStateLM*>(&model);
   for (std::size_t i = 0; i < batcher.eval_batches(); ++i) {
     const data::LmBatch b = batcher.eval_batch(i);
     const auto rows = static_cast<std::int64_t>(b.rows), L = static_cast<std::int64_t>(b.block);
@@ -107,6 +187,7 @@ EvalResult evaluate(models::LanguageModel& model, const std::vector<std::int32_t
     Tensor loss = ops::cross_entropy(ops::reshape(logits, {rows * L, -1}),
                                      Tensor::from_vector(b.targets, {rows * L}).to(device), data::kIgnoreTarget);
     nll_sum += loss.item() * static_cast<double>(b.predicted_tokens);
+    if (!probes.empty()) score_probes(b, logits, probes, sheaf, tally, gluing);
     r.tokens += static_cast<std::int64_t>(b.predicted_tokens);
     accumulate_diagnostics(r.diagnostics, model.diagnostics());
   }
@@ -114,6 +195,10 @@ EvalResult evaluate(models::LanguageModel& model, const std::vector<std::int32_t
   average_diagnostics(r.diagnostics, batcher.eval_batches());
   r.nll = nll_sum / static_cast<double>(r.tokens);
   r.ppl = std::exp(r.nll);
+  if (!probes.empty()) {
+    r.dependencies = tally.to_json();
+    if (sheaf != nullptr) r.dependencies["gluing"] = gluing.to_json();
+  }
   return r;
 }
 
@@ -184,6 +269,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   }
   if (st.corpus.data == "synthetic") st.corpus.data.clear();
   st.corpus.seed = st.seed;
+  st.corpus.block = st.block;
 
   auto say = [&](const std::string& line) {
     std::FILE* f = st.json ? stderr : stdout;
@@ -279,7 +365,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   const double diverged_ppl = kDivergedPerplexityFactor * static_cast<double>(config.vocab_size);
   auto run_eval = [&](std::int64_t epoch) {
     const auto t0 = Clock::now();
-    EvalResult ev = evaluate(*model, corpus.valid, st.block, st.batch);
+    EvalResult ev = evaluate(*model, corpus.valid, st.block, st.batch, corpus.valid_probes);
     if (!std::isfinite(ev.ppl) || ev.ppl > diverged_ppl)
       throw std::runtime_error(fmt::format(
           "train: the validation perplexity at step {} is {:.4g}, more than {} x the vocabulary size ({}): the run diverged; "
@@ -291,6 +377,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     nlohmann::json line{{"eval", "valid"}, {"step", step}, {"epoch", epoch}, {"ppl", ev.ppl}, {"nll", ev.nll},
                         {"tokens", ev.tokens}, {"time", elapsed_before}};
     for (const auto& [key, value] : ev.diagnostics.items()) line[key] = value;
+    if (!ev.dependencies.is_null()) line["dependencies"] = ev.dependencies;
     run.append_metrics(line);
     say(fmt::format("eval  step {:>6}  valid ppl {:.2f}  (nll {:.4f} over {} tokens, {:.1f}s){}", step, ev.ppl, ev.nll,
                     ev.tokens, std::chrono::duration<double>(Clock::now() - t0).count(), best ? "  best" : ""));
@@ -306,6 +393,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
       }
       say("      " + parts.substr(2));
     }
+    if (!ev.dependencies.is_null()) say("      " + dependency_summary(ev.dependencies));
     if (best) save_checkpoint("best.safetensors", false);
     save_checkpoint("last.safetensors", true);
   };

@@ -81,9 +81,16 @@ struct EvalResult {
   // The model's own measurements (models::LanguageModel::diagnostics), each averaged over
   // the evaluation batches: e.g. SheafStateLM's gluing energies and expert loads.
   nlohmann::json diagnostics = nlohmann::json::object();
+  // With probes (--data depsim): the accuracy of the model's most likely token at each
+  // probe whose deciding token lies inside the evaluation window, by type and distance
+  // (data::DependencyTally::to_json); null without probes.
+  nlohmann::json dependencies;
 };
 EvalResult evaluate(models::LanguageModel& model, const std::vector<std::int32_t>& stream, std::int64_t block,
-                    std::int64_t batch);
+                    std::int64_t batch, const std::vector<data::DependencyProbe>& probes = {});
+
+// One line for progress output: "dependencies  1: 0.99  2-3: 0.97 ...  |  local 0.99  anchor 0.80  entity 0.41".
+std::string dependency_summary(const nlohmann::json& dependencies);
 
 // A model restored from a run directory (config.json + best or last checkpoint).
 struct LoadedRun {

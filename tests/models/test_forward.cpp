@@ -10,6 +10,7 @@
 #include "model_reference.h"
 #include "parameter_gradients.h"
 #include "models/lm.h"
+#include "models/sheaf.h"
 #include "models/tied_embedding_lm.h"
 #include "ops/ops.h"
 
@@ -135,6 +136,39 @@ TEST_CASE("SheafStateLM matches the reference equations (each patch scanned from
     c.leaky = true;
     CHECK(max_error_against_reference(c, 9) < 2e-4);
   }
+}
+
+TEST_CASE("SheafStateLM reports its gluing weights in eval mode: a distribution over each patch's cover") {
+  LMConfig c = tiny("sheaf");
+  c.patch = 2;  // 9 tokens: 5 patches, so patch 4 has the full cover {3, 2, 0}
+  auto model = models::make_model(c);
+  auto& sheaf = dynamic_cast<models::SheafStateLM&>(*model);
+  const Tensor ids = Tensor::from_vector(std::vector<std::int32_t>{1, 5, 2, 7, 3, 3, 9, 0, 4, 6, 6, 1, 2, 8, 10, 5, 4, 2}, {2, 9});
+  model->train();
+  model->forward(ids);
+  CHECK(sheaf.gluing_weights().empty());  // nothing kept while training
+  model->eval();
+  model->forward(ids);
+  REQUIRE(sheaf.gluing_weights().size() == 2);
+  for (const Tensor& w : sheaf.gluing_weights()) {
+    REQUIRE(w.shape() == std::vector<std::int64_t>{2, 5, 3});
+    const std::vector<float> a = w.to_vector<float>();
+    for (std::int64_t b = 0; b < 2; ++b)
+      for (std::int64_t p = 0; p < 5; ++p) {
+        double sum = 0;
+        for (std::int64_t j = 0; j < 3; ++j) {
+          const float v = a[static_cast<std::size_t>((b * 5 + p) * 3 + j)];
+          if (p < (1 << j)) CHECK(v == 0.0f);  // no patch p - 2^j
+          CHECK(v >= 0.0f);
+          sum += v;
+        }
+        CHECK(sum == doctest::Approx(p == 0 ? 0.0 : 1.0).epsilon(1e-5));
+      }
+  }
+  const auto by_distance = model->diagnostics().at("gluing_weight_by_distance");
+  REQUIRE(by_distance.size() == 3);
+  CHECK(by_distance[0].get<double>() > 0);  // patch 1 has only its neighbour: weight 1 there
+  CHECK(by_distance[2].get<double>() < 1);
 }
 
 TEST_CASE("forward checks its input") {

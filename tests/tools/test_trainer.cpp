@@ -8,9 +8,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <array>
+#include <algorithm>
 
 #include <nlohmann/json.hpp>
 
+#include "data/dependency_probe.h"
+#include "engine/autograd.h"
 #include "engine/safetensors.h"
 #include "ops/ops.h"
 #include "tools/plot.h"
@@ -308,4 +312,63 @@ TEST_CASE("a checkpoint holding NaN is refused by eval/generate, naming the tens
   save_safetensors(out + "/best.safetensors", best.tensors, best.metadata);
   CHECK_THROWS_WITH_AS(load_run(out), doctest::Contains("holds NaN or Inf"), std::runtime_error);
   fs::remove_all(out);
+}
+
+TEST_CASE("depsim: evaluation scores each probe as an independent forward of its window does") {
+  data::DependencyProbeSettings ds;
+  ds.length = 32;
+  ds.train_tokens = 32;
+  ds.eval_documents = 24;
+  ds.seed = 5;
+  const data::DependencyProbeCorpus corpus = data::make_dependency_probe_corpus(ds);
+  for (const char* kind : {"transformer", "sheaf"}) {
+    INFO(std::string(kind));
+    models::LMConfig c = wedge::testing::small_config(kind, 32, 32);
+    c.vocab_size = static_cast<std::int64_t>(corpus.vocab.size());
+    c.patch = 4;
+    c.cover_depth = 3;
+    auto model = models::make_model(c);
+    model->eval();
+    // Windows of 16 tokens cut each 32-token document in two: a probe whose deciding token
+    // lies in the first half and whose target lies in the second is not scored.
+    for (const std::int64_t block : {32, 16}) {
+      INFO(block);
+      const EvalResult ev = evaluate(*model, corpus.valid, block, 5, corpus.valid_probes);
+      REQUIRE(ev.dependencies.is_object());
+      std::array<std::int64_t, 3> count{}, correct{};
+      for (const data::DependencyProbe& p : corpus.valid_probes) {
+        const std::int64_t start = (p.target - 1) / block * block, predict = p.target - 1 - start;
+        if (predict - p.distance < 0) continue;
+        const std::int64_t len = std::min<std::int64_t>(block, static_cast<std::int64_t>(corpus.valid.size()) - 1 - start);
+        std::vector<std::int32_t> window(corpus.valid.begin() + start, corpus.valid.begin() + start + len);
+        NoGradGuard no_grad;
+        const std::vector<float> logits =
+            model->forward(Tensor::from_vector(window, {1, len})).to_vector<float>();
+        const float* row = logits.data() + predict * c.vocab_size;
+        const auto t = static_cast<std::size_t>(p.type);
+        ++count[t];
+        correct[t] += std::max_element(row, row + c.vocab_size) - row == corpus.valid[p.target] ? 1 : 0;
+      }
+      std::int64_t scored = 0;
+      for (std::size_t t = 0; t < 3; ++t) {
+        const nlohmann::json& j = ev.dependencies["types"][data::kDependencyTypeNames[t]];
+        CHECK(j["probes"].get<std::int64_t>() == count[t]);
+        if (count[t] > 0) CHECK(j["accuracy"].get<double>() * double(count[t]) == doctest::Approx(double(correct[t])));
+        scored += count[t];
+      }
+      if (block == 16) CHECK(scored < static_cast<std::int64_t>(corpus.valid_probes.size()));
+      if (std::string(kind) == "sheaf") {
+        // Every crossing probe is counted; those in the cover carry weights in [0, 1].
+        const nlohmann::json& g = ev.dependencies.at("gluing");
+        REQUIRE(g.contains("entity"));
+        CHECK(g["entity"]["in_cover"].get<std::int64_t>() <= g["entity"]["across_patches"].get<std::int64_t>());
+        CHECK(g["entity"]["weight_on_source_patch"].get<double>() >= 0);
+        CHECK(g["entity"]["weight_on_source_patch"].get<double>() <= 1);
+        CHECK(g["entity"]["even_share"].get<double>() >= 1.0 / 3);
+        CHECK(ev.diagnostics.at("gluing_weight_by_distance").size() == 3);
+      } else {
+        CHECK_FALSE(ev.dependencies.contains("gluing"));
+      }
+    }
+  }
 }
