@@ -119,7 +119,9 @@ DependencyGraph make_dependency_graph(const DependencyGraphConfig& config) {
       if (last_mention[e] >= 0) add(last_mention[e], DependencyType::kEntity);
       last_mention[e] = t;
     }
-    std::sort(candidates.begin(), candidates.begin() + count, [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (int i = 1; i < count; ++i)  // insertion sort of at most four, by source
+      for (int j = i; j > 0 && candidates[static_cast<std::size_t>(j)].first < candidates[static_cast<std::size_t>(j - 1)].first; --j)
+        std::swap(candidates[static_cast<std::size_t>(j)], candidates[static_cast<std::size_t>(j - 1)]);
     for (int i = 0; i < count; ++i) {
       const auto& [s, type] = candidates[static_cast<std::size_t>(i)];
       g.target.push_back(static_cast<std::int32_t>(t));

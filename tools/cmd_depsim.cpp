@@ -8,8 +8,10 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -244,11 +246,17 @@ void register_depsim_command(CLI::App& app) {
   auto f = std::make_shared<DepsimFlags>();
   CLI::App* cmd = app.add_subcommand(
       "depsim",
-      "the Sheaf-State paper's dependency simulation: a synthetic true dependency graph G* (local, anchor and entity "
-      "edges) against the edges each model can use — dense attention, a local window, GrassmannLM (one layer and its "
-      "stack), SheafStateLM (tokens and patch pairs): coverage (share of true edges a set contains) and waste (share "
-      "of its edges that are not true ones). The paper's generator is not published; these defaults give its ≈ 67 k "
-      "true edges at n = 32,768. Counts are closed-form: any n answers at once.");
+      "the Sheaf-State paper's dependency simulation: coverage and waste of each model's edge set against a "
+      "synthetic true dependency graph");
+  cmd->footer(
+      "A seeded generator draws the true dependency graph G* of n tokens: local edges (t-1, and one more at a short "
+      "distance), topic anchors (a segment's first token) and entity recurrences (the previous mention). Each model "
+      "is reduced to the pairs (t, s), s < t, it can carry information along: dense causal attention (TransformerLM), "
+      "a local window, GrassmannLM (one layer; its stack composed), SheafStateLM (one layer's direct edges; its gluing "
+      "as patch pairs). Coverage: share of true edges a set contains. Waste: share of its edges that are not true "
+      "edges. The paper's generator is not published: these defaults give its ≈ 67 k true edges at n = 32,768, and "
+      "the paper's numbers are printed beside wedge's at that n. Edge counts are closed-form (nothing of size n^2 is "
+      "built); --scaling --plot takes well under a second.");
   data::DependencyGraphConfig& g = f->graph;
   cmd->add_option("--n", g.n, "tokens in the sequence (2 .. 2^24)")->capture_default_str();
   cmd->add_option("--seed", g.seed, "seed of the generator")->check(non_negative_integer())->capture_default_str();
@@ -278,7 +286,8 @@ void register_depsim_command(CLI::App& app) {
   cmd->add_flag("--json", f->json, "print one JSON object: generator settings, true edges by type, and per edge set "
                                    "edges, contained true edges, coverage, waste (with --scaling, per n too)");
   cmd->add_flag("--scaling", f->scaling, "also the edges of every set and the true edges for n = 1,024, 4,096, ..., 1,048,576");
-  cmd->add_option("--plot", f->plot, "write the --scaling numbers as a log-log SVG of edges vs n (implies --scaling)");
+  cmd->add_option("--plot", f->plot, "write the --scaling numbers as a log-log SVG of edges vs n (implies --scaling)")
+      ->type_name("FILE.svg");
   cmd->callback([f] { run_depsim(*f); });
 }
 
