@@ -11,5 +11,6 @@ void register_ops_command(CLI::App& app);     // wedge ops
 void register_data_commands(CLI::App& app);   // wedge tokenize / vocab train / data stats
 void register_model_commands(CLI::App& app);  // wedge params / audit-causal
 void register_train_commands(CLI::App& app);  // wedge train / eval / generate / plot / bench-step
+void register_depsim_command(CLI::App& app);  // wedge depsim
 
 }  // namespace wedge::tools

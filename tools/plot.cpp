@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/atomic_file.h"
+#include "tools/svg_chart.h"
 
 namespace wedge::tools {
 
@@ -93,65 +94,6 @@ std::vector<std::pair<double, double>> smooth(const std::vector<std::pair<double
   return out;
 }
 
-const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"};
-
-void panel(std::string& svg, double x0, double y0, double w, double h, const std::string& title,
-           const std::vector<std::vector<std::pair<double, double>>>& curves, bool log_y) {
-  double xmin = std::numeric_limits<double>::infinity(), xmax = -xmin, ymin = xmin, ymax = -xmin;
-  for (auto& c : curves)
-    for (auto& [x, y] : c) {
-      if (!std::isfinite(y) || (log_y && y <= 0)) continue;
-      const double yy = log_y ? std::log10(y) : y;
-      xmin = std::min(xmin, x), xmax = std::max(xmax, x), ymin = std::min(ymin, yy), ymax = std::max(ymax, yy);
-    }
-  svg += fmt::format(R"(<text x="{}" y="{}" font-size="15" font-weight="bold">{}</text>)"
-                     "\n",
-                     x0, y0 - 10, title);
-  svg += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#444"/>)"
-                     "\n",
-                     x0, y0, w, h);
-  if (!std::isfinite(xmin)) {
-    svg += fmt::format(R"(<text x="{}" y="{}" font-size="12">no data</text>)"
-                       "\n",
-                       x0 + w / 2 - 25, y0 + h / 2);
-    return;
-  }
-  if (xmax == xmin) xmax = xmin + 1;
-  if (ymax == ymin) ymax = ymin + 1;
-  const double pad = 0.05 * (ymax - ymin);
-  ymin -= pad, ymax += pad;
-  auto px = [&](double x) { return x0 + (x - xmin) / (xmax - xmin) * w; };
-  auto py = [&](double y) { return y0 + h - ((log_y ? std::log10(y) : y) - ymin) / (ymax - ymin) * h; };
-  for (int i = 0; i <= 4; ++i) {  // grid and tick labels
-    const double yy = ymin + (ymax - ymin) * i / 4.0;
-    const double label = log_y ? std::pow(10.0, yy) : yy;
-    const double ypix = y0 + h - h * i / 4.0;
-    svg += fmt::format(R"(<line x1="{}" y1="{:.1f}" x2="{}" y2="{:.1f}" stroke="#ddd"/>)"
-                       R"(<text x="{}" y="{:.1f}" font-size="11" text-anchor="end">{:.3g}</text>)"
-                       "\n",
-                       x0, ypix, x0 + w, ypix, x0 - 4, ypix + 4, label);
-    const double xx = xmin + (xmax - xmin) * i / 4.0;
-    svg += fmt::format(R"(<text x="{:.1f}" y="{}" font-size="11" text-anchor="middle">{:.0f}</text>)"
-                       "\n",
-                       px(xx), y0 + h + 15, xx);
-  }
-  svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" text-anchor="middle">step</text>)"
-                     "\n",
-                     x0 + w / 2, y0 + h + 30);
-  for (std::size_t k = 0; k < curves.size(); ++k) {
-    std::string pts;
-    for (auto& [x, y] : curves[k])
-      if (std::isfinite(y) && (!log_y || y > 0)) pts += fmt::format("{:.1f},{:.1f} ", px(x), py(y));
-    svg += fmt::format(R"(<polyline fill="none" stroke="{}" stroke-width="1.8" points="{}"/>)"
-                       "\n",
-                       kColors[k % 8], pts);
-    if (curves[k].size() <= 60)
-      for (auto& [x, y] : curves[k])
-        if (std::isfinite(y) && (!log_y || y > 0))
-          svg += fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="3" fill="{}"/>)", px(x), py(y), kColors[k % 8]);
-  }
-}
-
 }  // namespace
 
 void write_curves_svg(const std::vector<std::string>& runs, const std::string& out_path) {
@@ -161,9 +103,7 @@ void write_curves_svg(const std::vector<std::string>& runs, const std::string& o
   bool gluing = false;  // a second row of panels when some run measured its gluing
   for (const auto& s : series) gluing = gluing || !s.energy.empty();
   const double W = 1000, H = gluing ? 800 : 420;
-  std::string svg = fmt::format(R"(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-family="sans-serif">)"
-                                "\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
-                                W, H + 30.0 * static_cast<double>((series.size() + 1) / 2));
+  std::string svg = svg_open(W, H + 30.0 * static_cast<double>((series.size() + 1) / 2));
   // Language models show validation perplexity, classifiers their selection accuracy.
   bool classifiers = false, language_models = false;
   for (const auto& s : series) {
@@ -177,23 +117,23 @@ void write_curves_svg(const std::vector<std::string>& runs, const std::string& o
     loss.push_back(smooth(s.loss));
     right.push_back(classifiers ? s.accuracy : s.ppl);
   }
-  panel(svg, 70, 40, 380, 300, "training loss (smoothed)", loss, false);
-  if (classifiers) panel(svg, 580, 40, 380, 300, "selection accuracy", right, false);
-  else panel(svg, 580, 40, 380, 300, "validation perplexity (log scale)", right, true);
+  ChartAxes linear, log_y;
+  log_y.log_y = true;
+  chart_panel(svg, 70, 40, 380, 300, "training loss (smoothed)", loss, linear);
+  if (classifiers) chart_panel(svg, 580, 40, 380, 300, "selection accuracy", right, linear);
+  else chart_panel(svg, 580, 40, 380, 300, "validation perplexity (log scale)", right, log_y);
   if (gluing) {
     std::vector<std::vector<std::pair<double, double>>> energy, normalised;
     for (auto& s : series) {
       energy.push_back(s.energy);
       normalised.push_back(s.energy_normalised);
     }
-    panel(svg, 70, 420, 380, 300, "gluing energy (raw, validation)", energy, false);
-    panel(svg, 580, 420, 380, 300, "gluing energy (normalised, validation)", normalised, false);
+    chart_panel(svg, 70, 420, 380, 300, "gluing energy (raw, validation)", energy, linear);
+    chart_panel(svg, 580, 420, 380, 300, "gluing energy (normalised, validation)", normalised, linear);
   }
   for (std::size_t k = 0; k < series.size(); ++k) {
     const double lx = 70 + 480.0 * static_cast<double>(k % 2), ly = H - 20 + 24.0 * static_cast<double>(k / 2);
-    svg += fmt::format(R"(<rect x="{}" y="{}" width="18" height="4" fill="{}"/><text x="{}" y="{}" font-size="13">{}</text>)"
-                       "\n",
-                       lx, ly - 5, kColors[k % 8], lx + 24, ly, series[k].label);
+    chart_legend_entry(svg, lx, ly, k, series[k].label);
   }
   svg += "</svg>\n";
   write_file_atomic(out_path, svg, /*durable=*/false);

@@ -1,10 +1,17 @@
-// `wedge params` and `wedge audit-causal` end to end, through the built binary.
+// `wedge params`, `wedge audit-causal`, `wedge ops` and `wedge depsim` end to end, through the built binary.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -164,4 +171,60 @@ TEST_CASE("wedge ops lists every op with the CPU, and CUDA whenever it is built 
     pos = end + 1;
   }
   CHECK(rows >= 39);
+}
+
+TEST_CASE("wedge depsim: the paper's n, JSON fields, the scaling plot and one-line flag errors") {
+  if (!have_cli()) return;
+  Run r = wedge_cli("depsim --json");
+  REQUIRE_MESSAGE(r.status == 0, r.out);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j.at("n") == 32768);
+  const std::int64_t true_edges = j.at("true_edges").at("total");
+  CHECK(true_edges == j.at("true_edges").at("local").get<std::int64_t>() + j.at("true_edges").at("anchor").get<std::int64_t>() +
+                          j.at("true_edges").at("entity").get<std::int64_t>());
+  CHECK(true_edges > 66'000);
+  CHECK(true_edges < 68'000);
+  std::map<std::string, nlohmann::json> sets;
+  for (const auto& s : j.at("edge_sets")) sets[s.at("name")] = s;
+  CHECK(sets.size() == 6);
+  CHECK(sets.at("dense").at("edges") == 536'854'528);  // n^2 / 2: the paper's ≈ 536 M
+  CHECK(sets.at("dense").at("coverage") == 1.0);
+  CHECK(sets.at("window").at("edges") == 8 * 32768 - 36);
+  // The default window of 8 lands near the paper's 96.5 % coverage and ≈ 75 % waste.
+  CHECK(std::abs(sets.at("window").at("coverage").get<double>() - 0.965) < 0.01);
+  CHECK(std::abs(sets.at("window").at("waste").get<double>() - 0.75) < 0.02);
+  for (const auto& [name, s] : sets) {
+    INFO(name);
+    const double coverage = s.at("coverage"), waste = s.at("waste");
+    CHECK(coverage >= 0);
+    CHECK(coverage <= 1);
+    CHECK(waste >= 0);
+    CHECK(waste <= 1);
+  }
+
+  const auto svg = std::filesystem::temp_directory_path() / "wedge_test_depsim.svg";
+  std::filesystem::remove(svg);
+  r = wedge_cli("depsim --scaling --plot " + svg.string());
+  REQUIRE_MESSAGE(r.status == 0, r.out);
+  CHECK(r.out.find("1,048,576") != std::string::npos);
+  CHECK(r.out.find("549,755,289,600") != std::string::npos);  // dense at n = 2^20
+  std::ifstream in(svg);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(text.find("true dependency edges G*") != std::string::npos);
+  CHECK(text.find("s &lt; t") != std::string::npos);  // labels escaped
+  CHECK(text.find("</svg>") != std::string::npos);
+  std::filesystem::remove(svg);
+
+  for (const auto& [flags, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--n 1", "error: --n 1 must lie in"},
+           {"--anchor-rate 1.5", "error: --anchor-rate 1.5 must be a probability in [0, 1]"},
+           {"--local-extra -0.1", "error: --local-extra -0.1 must be a probability"},
+           {"--window 0", "error: --window 0 must lie in"},
+           {"--cover-depth 0", "error: --cover-depth 0 must lie in [1, 6]"},
+           {"--window-schedule 1,2", "error: --window-schedule has 2 offsets but --layers is 6"}}) {
+    r = wedge_cli("depsim " + flags);
+    CHECK(r.status == 1);
+    CHECK_MESSAGE(r.out.rfind(message, 0) == 0, r.out);
+    CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 1);
+  }
 }
