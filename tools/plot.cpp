@@ -23,7 +23,18 @@ struct Series {
   std::vector<std::pair<double, double>> accuracy;    // a classifier's selection accuracy
   // SheafStateLM's measurements at each evaluation (empty for the other models)
   std::vector<std::pair<double, double>> energy, energy_normalised, balance;
+  // --data depsim runs: accuracy at the last evaluation by distance bucket (x: the bucket's
+  // shortest distance), over all dependent targets and over the key-value recalls only
+  std::vector<std::pair<double, double>> by_distance, recall_by_distance;
 };
+
+// (shortest distance of each bucket, accuracy) of the buckets that held probes.
+std::vector<std::pair<double, double>> accuracy_curve(const nlohmann::json& accuracy) {
+  std::vector<std::pair<double, double>> out;
+  for (std::size_t b = 0; b < accuracy.size(); ++b)
+    if (accuracy[b].is_number()) out.emplace_back(std::ldexp(1.0, static_cast<int>(b)), accuracy[b].get<double>());
+  return out;
+}
 
 Series read_run(const std::string& dir) {
   const std::string path = dir + "/metrics.jsonl";
@@ -64,6 +75,12 @@ Series read_run(const std::string& dir) {
       if (j.contains("gluing_energy_normalised"))
         s.energy_normalised.emplace_back(step, j.value("gluing_energy_normalised", 0.0));
       if (j.contains("balance_loss")) s.balance.emplace_back(step, j.value("balance_loss", 0.0));
+      if (j.contains("dependencies") && j["dependencies"].is_object()) {
+        const nlohmann::json& d = j["dependencies"];
+        s.by_distance = accuracy_curve(d.value("accuracy", nlohmann::json::array()));
+        if (d.contains("types") && d["types"].contains("entity"))
+          s.recall_by_distance = accuracy_curve(d["types"]["entity"].value("by_distance", nlohmann::json::array()));
+      }
     } else if (j.contains("loss")) {
       s.loss.emplace_back(step, j.value("loss", 0.0));
     }
@@ -100,9 +117,13 @@ void write_curves_svg(const std::vector<std::string>& runs, const std::string& o
   if (runs.empty()) throw std::runtime_error("plot: give at least one run directory");
   std::vector<Series> series;
   for (const auto& r : runs) series.push_back(read_run(r));
-  bool gluing = false;  // a second row of panels when some run measured its gluing
-  for (const auto& s : series) gluing = gluing || !s.energy.empty();
-  const double W = 1000, H = gluing ? 800 : 420;
+  bool gluing = false;  // a row of panels when some run measured its gluing
+  bool dependencies = false;  // and one when some run scored the dependency probe
+  for (const auto& s : series) {
+    gluing = gluing || !s.energy.empty();
+    dependencies = dependencies || !s.by_distance.empty();
+  }
+  const double W = 1000, H = 420 + (gluing ? 380 : 0) + (dependencies ? 380 : 0);
   std::string svg = svg_open(W, H + 30.0 * static_cast<double>((series.size() + 1) / 2));
   // Language models show validation perplexity, classifiers their selection accuracy.
   bool classifiers = false, language_models = false;
@@ -130,6 +151,20 @@ void write_curves_svg(const std::vector<std::string>& runs, const std::string& o
     }
     chart_panel(svg, 70, 420, 380, 300, "gluing energy (raw, validation)", energy, linear);
     chart_panel(svg, 580, 420, 380, 300, "gluing energy (normalised, validation)", normalised, linear);
+  }
+  if (dependencies) {
+    std::vector<std::vector<std::pair<double, double>>> all, recall;
+    for (auto& s : series) {
+      all.push_back(s.by_distance);
+      recall.push_back(s.recall_by_distance);
+    }
+    ChartAxes distance;
+    distance.x_label = "distance (bucket 2^k .. 2^(k+1) - 1)";
+    distance.y_label = "accuracy";
+    distance.log_x = true;
+    const double y = gluing ? 800 : 420;
+    chart_panel(svg, 70, y, 380, 300, "dependent targets, last evaluation", all, distance);
+    chart_panel(svg, 580, y, 380, 300, "key-value recalls, last evaluation", recall, distance);
   }
   for (std::size_t k = 0; k < series.size(); ++k) {
     const double lx = 70 + 480.0 * static_cast<double>(k % 2), ly = H - 20 + 24.0 * static_cast<double>(k / 2);

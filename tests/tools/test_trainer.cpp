@@ -372,3 +372,37 @@ TEST_CASE("depsim: evaluation scores each probe as an independent forward of its
     }
   }
 }
+
+TEST_CASE("depsim: a training run scores the probe at every evaluation, and plot draws it") {
+  const std::string out = temp_dir("depsim_run");
+  models::LMConfig c = wedge::testing::small_config("sheaf", 16, 16);
+  TrainSettings s = settings(out, 12);
+  s.corpus.data = "depsim";
+  s.eval_every = 6;
+  const TrainResult r = train(c, s);
+  CHECK(r.steps == 12);
+  int evaluations = 0;
+  std::ifstream in(out + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("eval")) continue;
+    ++evaluations;
+    REQUIRE(j.contains("dependencies"));
+    CHECK(j["dependencies"]["buckets"] == nlohmann::json({"1", "2-3", "4-7", "8-15"}));
+    CHECK(j["dependencies"]["types"]["entity"]["probes"].get<std::int64_t>() > 0);
+    CHECK(j["dependencies"].contains("gluing"));
+    CHECK(j.contains("gluing_weight_by_distance"));
+  }
+  CHECK(evaluations >= 2);
+  // eval and generate rebuild the same corpus from the run's config (the block is recorded)
+  LoadedRun run = load_run(out, "last");
+  const Corpus corpus = load_corpus(CorpusSpec::read_from(run.settings));
+  CHECK(corpus.name == "depsim");
+  const EvalResult ev = evaluate(*run.model, corpus.valid, 16, 4, corpus.valid_probes);
+  CHECK(ev.dependencies["types"]["local"]["probes"].get<std::int64_t>() > 0);
+  const std::string svg_path = out + "/curves.svg";
+  write_curves_svg({out}, svg_path);
+  std::ifstream svg(svg_path);
+  const std::string text((std::istreambuf_iterator<char>(svg)), std::istreambuf_iterator<char>());
+  CHECK(text.find("key-value recalls, last evaluation") != std::string::npos);
+}
