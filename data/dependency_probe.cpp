@@ -140,7 +140,7 @@ void DependencyProbeSettings::validate() const {
     throw std::invalid_argument(fmt::format("depsim: {} is {}; it must be {}", what, value, allowed));
   };
   if (length < 16 || length > (1 << 20)) bad("the document length (--block)", length, "between 16 and 1048576");
-  if (train_tokens < length) bad("the training size", train_tokens, fmt::format("at least one document ({} tokens)", length));
+  if (train_documents < 1) bad("the training size", train_documents, "at least 1 document");
   if (eval_documents < 1) bad("the evaluation size", eval_documents, "at least 1 document");
   if (entities < 0 || entities > kEntities) bad("the recalls per document", entities, fmt::format("between 0 and {}", kEntities));
   if (topic_markers < 0 || topic_markers > 64) bad("the [TOPIC] markers per segment", topic_markers, "between 0 and 64");
@@ -159,8 +159,7 @@ DependencyProbeCorpus make_dependency_probe_corpus(const DependencyProbeSettings
   c.vocab.push_back("[TOPIC]");
   if (static_cast<std::int32_t>(c.vocab.size()) != kVocabulary) throw std::logic_error("dependency probe vocabulary");
   const Language lang = make_language(s.seed);
-  const std::int64_t train_documents = (s.train_tokens + s.length - 1) / s.length;
-  write_split(s, lang, 1, train_documents, c.train, c.train_probes);
+  write_split(s, lang, 1, s.train_documents, c.train, c.train_probes);
   write_split(s, lang, 2, s.eval_documents, c.valid, c.valid_probes);
   write_split(s, lang, 3, s.eval_documents, c.test, c.test_probes);
   return c;

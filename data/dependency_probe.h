@@ -44,7 +44,7 @@ struct DependencyProbe {
 
 struct DependencyProbeSettings {
   std::int64_t length = 128;             // tokens per document (the training block); at least 16
-  std::int64_t train_tokens = 1 << 23;   // whole documents, rounded up (8 M: no document twice in 16 M tokens of training)
+  std::int64_t train_documents = 1 << 16;  // 8 M tokens at length 128: a long run seldom sees one twice
   std::int64_t eval_documents = 512;     // per evaluation split (valid, test)
   // Key-value recalls per document; at most one per 10 tokens (so a short document keeps
   // room for filler), and fewer when they find no free place.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <memory>
+#include <utility>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -64,16 +65,19 @@ std::size_t count_type(const std::vector<data::DependencyProbe>& probes, data::D
       std::count_if(probes.begin(), probes.end(), [type](const data::DependencyProbe& p) { return p.type == type; }));
 }
 
-Corpus synthetic_corpus(std::uint64_t seed) {
-  auto c = std::make_shared<data::SyntheticCorpus>(data::make_synthetic_corpus(seed));
+// A generated corpus: its words are whitespace-separated vocabulary entries, as the
+// built-in synthetic corpus's are.
+Corpus word_corpus(std::string name, data::SyntheticCorpus generated) {
+  auto words = std::make_shared<data::SyntheticCorpus>();
+  words->vocab = std::move(generated.vocab);
   Corpus out;
-  out.name = "synthetic";
-  out.vocab_size = static_cast<std::int64_t>(c->vocab.size());
-  out.train = c->train;
-  out.valid = c->valid;
-  out.test = c->test;
-  out.encode = [c](const std::string& text) { return data::synthetic_encode(*c, text); };
-  out.decode = [c](const std::vector<std::int32_t>& ids) { return data::synthetic_decode(*c, ids); };
+  out.name = std::move(name);
+  out.vocab_size = static_cast<std::int64_t>(words->vocab.size());
+  out.train = std::move(generated.train);
+  out.valid = std::move(generated.valid);
+  out.test = std::move(generated.test);
+  out.encode = [words](const std::string& text) { return data::synthetic_encode(*words, text); };
+  out.decode = [words](const std::vector<std::int32_t>& ids) { return data::synthetic_decode(*words, ids); };
   return out;
 }
 
@@ -83,21 +87,11 @@ Corpus depsim_corpus(const CorpusSpec& spec) {
   data::DependencyProbeSettings settings;
   settings.length = spec.block;
   settings.seed = spec.seed;
-  auto c = std::make_shared<data::DependencyProbeCorpus>(data::make_dependency_probe_corpus(settings));
-  Corpus out;
-  out.name = "depsim";
-  out.vocab_size = static_cast<std::int64_t>(c->vocab.size());
-  out.train = c->train;
-  out.valid = c->valid;
-  out.test = c->test;
-  out.train_probes = c->train_probes;
-  out.valid_probes = c->valid_probes;
-  out.test_probes = c->test_probes;
-  // The words are the synthetic corpus's kind: one vocabulary entry per whitespace word.
-  data::SyntheticCorpus words;
-  words.vocab = c->vocab;
-  out.encode = [words](const std::string& text) { return data::synthetic_encode(words, text); };
-  out.decode = [words](const std::vector<std::int32_t>& ids) { return data::synthetic_decode(words, ids); };
+  data::DependencyProbeCorpus c = data::make_dependency_probe_corpus(settings);
+  Corpus out = word_corpus("depsim", {std::move(c.vocab), std::move(c.train), std::move(c.valid), std::move(c.test)});
+  out.train_probes = std::move(c.train_probes);
+  out.valid_probes = std::move(c.valid_probes);
+  out.test_probes = std::move(c.test_probes);
   out.notes.push_back(fmt::format("dependency probe: documents of {} tokens; {} local, {} anchor and {} entity probes in "
                                   "the validation split",
                                   settings.length, count_type(out.valid_probes, data::DependencyType::local),
@@ -107,7 +101,7 @@ Corpus depsim_corpus(const CorpusSpec& spec) {
 }
 
 Corpus load_corpus(const CorpusSpec& spec) {
-  if (spec.data.empty() || spec.data == "synthetic") return synthetic_corpus(spec.seed);
+  if (spec.data.empty() || spec.data == "synthetic") return word_corpus("synthetic", data::make_synthetic_corpus(spec.seed));
   if (spec.data == "wikitext2") return wikitext2_corpus(spec);
   if (spec.data == "text") return text_corpus(spec);
   if (spec.data == "depsim") return depsim_corpus(spec);

@@ -20,7 +20,7 @@ namespace {
 DependencyProbeCorpus small_corpus(std::uint64_t seed, std::int64_t length = 128) {
   DependencyProbeSettings s;
   s.length = length;
-  s.train_tokens = 64 * length;
+  s.train_documents = 64;
   s.eval_documents = 200;
   s.seed = seed;
   return make_dependency_probe_corpus(s);
@@ -111,7 +111,7 @@ TEST_CASE("depsim probe: each document is one window of the batcher") {
 TEST_CASE("depsim probe: recall distances spread over every bucket") {
   DependencyProbeSettings s;
   s.length = 128;
-  s.train_tokens = 128;
+  s.train_documents = 1;
   s.eval_documents = 1000;
   const auto c = make_dependency_probe_corpus(s);
   std::vector<int> per_bucket(distance_bucket_names(128).size());

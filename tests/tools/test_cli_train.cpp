@@ -375,3 +375,27 @@ TEST_CASE("--precision bf16: the startup line names the GEMM path; bench-step's 
   CHECK(ops.out.find("bf16 GEMM: fp32 (") != std::string::npos);
   fs::remove_all(out);
 }
+
+TEST_CASE("--data depsim: train scores the probe at each evaluation, eval prints the table by distance and type") {
+  if (!fs::exists(WEDGE_CLI)) {
+    MESSAGE("skipped: " << WEDGE_CLI << " not built");
+    return;
+  }
+  const std::string dir = temp_dir("depsim");
+  const Run t = run(std::string("train --model grassmann --rank 4 --data depsim ") + kTiny + " --max-steps 4 --out " + dir);
+  REQUIRE(t.status == 0);
+  CHECK(t.out.find("data: dependency probe: documents of 16 tokens") != std::string::npos);
+  CHECK(t.out.find("dependencies  1: ") != std::string::npos);
+  const Run e = run("eval --run " + dir + " --split test");
+  REQUIRE(e.status == 0);
+  CHECK(e.out.find("depsim test perplexity") != std::string::npos);
+  CHECK(e.out.find("accuracy on the dependent targets") != std::string::npos);
+  for (const char* row : {"        1  ", "      2-3  ", "      4-7  ", "     8-15  "}) CHECK(e.out.find(row) != std::string::npos);
+  const Run j = run("eval --run " + dir + " --json");
+  REQUIRE(j.status == 0);
+  CHECK(j.out.find("\"dependencies\":{\"accuracy\":[") != std::string::npos);
+  const Run bad = run(std::string("train --data depsim --block 8 --layers 1 --d-model 16 --max-steps 1 --out ") + dir + "_bad");
+  CHECK(bad.status != 0);
+  CHECK(bad.out.find("depsim: the document length (--block) is 8; it must be between 16 and 1048576") != std::string::npos);
+  fs::remove_all(dir);
+}

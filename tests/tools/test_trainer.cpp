@@ -317,7 +317,7 @@ TEST_CASE("a checkpoint holding NaN is refused by eval/generate, naming the tens
 TEST_CASE("depsim: evaluation scores each probe as an independent forward of its window does") {
   data::DependencyProbeSettings ds;
   ds.length = 32;
-  ds.train_tokens = 32;
+  ds.train_documents = 1;
   ds.eval_documents = 24;
   ds.seed = 5;
   const data::DependencyProbeCorpus corpus = data::make_dependency_probe_corpus(ds);
