@@ -39,12 +39,8 @@ enum StreamId : std::uint64_t { kLocalCoin, kLocalDistance, kSegmentStart, kAnch
 }  // namespace
 
 const char* to_string(DependencyType type) {
-  switch (type) {
-    case DependencyType::kLocal: return "local";
-    case DependencyType::kAnchor: return "anchor";
-    case DependencyType::kEntity: return "entity";
-  }
-  return "?";
+  const auto k = static_cast<std::size_t>(type);
+  return k < kDependencyTypeNames.size() ? kDependencyTypeNames[k] : "?";
 }
 
 void DependencyGraphConfig::validate() const {

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <array>
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -36,8 +37,10 @@ namespace wedge::data {
 // 2^24 tokens take ~300 MB. Far beyond the paper's 32,768.
 inline constexpr std::int64_t kMaxDependencyTokens = std::int64_t{1} << 24;
 
+// The edge types of G*, and of the dependency probe's targets (data/dependency_probe.h).
 enum class DependencyType : std::uint8_t { kLocal = 0, kAnchor = 1, kEntity = 2 };
 inline constexpr int kDependencyTypes = 3;
+inline constexpr std::array<const char*, kDependencyTypes> kDependencyTypeNames = {"local", "anchor", "entity"};
 const char* to_string(DependencyType type);
 
 struct DependencyGraphConfig {

@@ -87,7 +87,7 @@ void write_document(const DependencyProbeSettings& s, const Language& lang, Spli
       const std::int32_t value = kAttribute0 + static_cast<std::int32_t>(rng.below(kAttributes));
       tok[i] = tok[r] = kEntity0 + key;
       tok[i + 1] = tok[r + 1] = value;
-      doc_probes.push_back({base + r + 1, static_cast<std::int32_t>(d), DependencyType::entity});
+      doc_probes.push_back({base + r + 1, static_cast<std::int32_t>(d), DependencyType::kEntity});
       break;
     }
   }
@@ -103,7 +103,7 @@ void write_document(const DependencyProbeSettings& s, const Language& lang, Spli
         if (!free(m) || !free(m + 1)) continue;
         tok[m] = kTopicMarker;
         tok[m + 1] = word;
-        doc_probes.push_back({base + m + 1, static_cast<std::int32_t>(m - s0), DependencyType::anchor});
+        doc_probes.push_back({base + m + 1, static_cast<std::int32_t>(m - s0), DependencyType::kAnchor});
         break;
       }
     }
@@ -114,7 +114,7 @@ void write_document(const DependencyProbeSettings& s, const Language& lang, Spli
     if (!free(t)) continue;
     if (t >= 2 && is_filler(tok[t - 2]) && rng.coin(s.local_rule_rate)) {
       tok[t] = lang.rule[tok[t - 2] - kFiller0];
-      doc_probes.push_back({base + t, 1, DependencyType::local});
+      doc_probes.push_back({base + t, 1, DependencyType::kLocal});
     } else {
       tok[t] = kFiller0 + static_cast<std::int32_t>(rng.below(kFillers));
     }

@@ -31,15 +31,15 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "data/dependency_graph.h"  // DependencyType: the simulation's edge types
+
 namespace wedge::data {
 
-enum class DependencyType : std::uint8_t { local = 0, anchor = 1, entity = 2 };
-inline constexpr std::array<const char*, 3> kDependencyTypeNames = {"local", "anchor", "entity"};
 
 struct DependencyProbe {
   std::int64_t target = 0;    // index in its split's stream of the token to predict
   std::int32_t distance = 0;  // from the predicting position (target - 1) back to the deciding token
-  DependencyType type = DependencyType::local;
+  DependencyType type = DependencyType::kLocal;
 };
 
 struct DependencyProbeSettings {

@@ -94,9 +94,9 @@ Corpus depsim_corpus(const CorpusSpec& spec) {
   out.test_probes = std::move(c.test_probes);
   out.notes.push_back(fmt::format("dependency probe: documents of {} tokens; {} local, {} anchor and {} entity probes in "
                                   "the validation split",
-                                  settings.length, count_type(out.valid_probes, data::DependencyType::local),
-                                  count_type(out.valid_probes, data::DependencyType::anchor),
-                                  count_type(out.valid_probes, data::DependencyType::entity)));
+                                  settings.length, count_type(out.valid_probes, data::DependencyType::kLocal),
+                                  count_type(out.valid_probes, data::DependencyType::kAnchor),
+                                  count_type(out.valid_probes, data::DependencyType::kEntity)));
   return out;
 }
 

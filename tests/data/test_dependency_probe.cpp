@@ -58,13 +58,13 @@ TEST_CASE("depsim probe: each target is decided by the token its type and distan
       REQUIRE(p.target % L != 0);             // never a document's first token
       REQUIRE(source >= doc * L);             // the deciding token is in the same document
       ++by_type[kDependencyTypeNames[static_cast<std::size_t>(p.type)]];
-      if (p.type == DependencyType::local) {
+      if (p.type == DependencyType::kLocal) {
         CHECK(p.distance == 1);
         CHECK(word_starts(c, s[source], "f"));
         CHECK(word_starts(c, s[p.target], "f"));
         auto [it, fresh] = local_rule.emplace(s[source], s[p.target]);
         CHECK(it->second == s[p.target]);  // the rule is a function of the token two back
-      } else if (p.type == DependencyType::anchor) {
+      } else if (p.type == DependencyType::kAnchor) {
         CHECK(c.vocab[s[predict]] == "[TOPIC]");
         CHECK(word_starts(c, s[source], "T"));
         for (std::int64_t i = source + 1; i < predict; ++i) CHECK_FALSE(word_starts(c, s[i], "T"));  // the nearest anchor
@@ -117,7 +117,7 @@ TEST_CASE("depsim probe: recall distances spread over every bucket") {
   std::vector<int> per_bucket(distance_bucket_names(128).size());
   int recalls = 0;
   for (const DependencyProbe& p : c.valid_probes)
-    if (p.type == DependencyType::entity) {
+    if (p.type == DependencyType::kEntity) {
       ++per_bucket[distance_bucket(p.distance)];
       ++recalls;
     }
@@ -133,10 +133,10 @@ TEST_CASE("depsim probe: distance buckets and the tally, by hand") {
   CHECK(distance_bucket(4) == 2);
   CHECK(distance_bucket(127) == 6);
   DependencyTally t(20);
-  t.add({10, 1, DependencyType::local}, true);
-  t.add({11, 1, DependencyType::local}, false);
-  t.add({12, 5, DependencyType::entity}, true);
-  t.add({13, 19, DependencyType::anchor}, false);
+  t.add({10, 1, DependencyType::kLocal}, true);
+  t.add({11, 1, DependencyType::kLocal}, false);
+  t.add({12, 5, DependencyType::kEntity}, true);
+  t.add({13, 19, DependencyType::kAnchor}, false);
   CHECK(t.probes() == 4);
   const nlohmann::json j = t.to_json();
   CHECK(j["accuracy"][0].get<double>() == doctest::Approx(0.5));
