@@ -344,8 +344,8 @@ nlohmann::json SheafStateLM::diagnostics() const {
             count[static_cast<std::size_t>(jj)] += 1;
           }
     }
-    std::vector<double> mean;
-    for (std::size_t jj = 0; jj < sum.size(); ++jj) mean.push_back(count[jj] > 0 ? sum[jj] / count[jj] : 0.0);
+    std::vector<double> mean;  // up to the farthest slot some patch has (p >= 2^j)
+    for (std::size_t jj = 0; jj < sum.size() && count[jj] > 0; ++jj) mean.push_back(sum[jj] / count[jj]);
     j["gluing_weight_by_distance"] = mean;
   }
   return j;

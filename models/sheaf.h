@@ -116,6 +116,7 @@ class SheafStateLM : public TiedEmbeddingLM {
   explicit SheafStateLM(const LMConfig& config);
   Tensor auxiliary_loss() const override;
   // Adds "gluing_weight_by_distance" (eval mode): the mean a_pq at cover distance 1, 2, 4, ...
+  // up to the farthest distance some patch of the sequence has.
   nlohmann::json diagnostics() const override;
   // The gluing weights of the latest forward in eval mode, one (B, patches, D) tensor per
   // layer (empty after a training forward): which earlier patches each patch read from.

@@ -169,6 +169,9 @@ TEST_CASE("SheafStateLM reports its gluing weights in eval mode: a distribution 
   REQUIRE(by_distance.size() == 3);
   CHECK(by_distance[0].get<double>() > 0);  // patch 1 has only its neighbour: weight 1 there
   CHECK(by_distance[2].get<double>() < 1);
+  // Five tokens are three patches: the last reaches 2 back, none 4 back, so two slots.
+  model->forward(ops::narrow(ids, 1, 0, 5));
+  CHECK(model->diagnostics().at("gluing_weight_by_distance").size() == 2);
 }
 
 TEST_CASE("forward checks its input") {

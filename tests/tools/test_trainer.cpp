@@ -365,7 +365,8 @@ TEST_CASE("depsim: evaluation scores each probe as an independent forward of its
         CHECK(g["entity"]["weight_on_source_patch"].get<double>() >= 0);
         CHECK(g["entity"]["weight_on_source_patch"].get<double>() <= 1);
         CHECK(g["entity"]["even_share"].get<double>() >= 1.0 / 3);
-        CHECK(ev.diagnostics.at("gluing_weight_by_distance").size() == 3);
+        // cover distances 1, 2, 4 with 8 patches; a window of 4 patches has none 4 back
+        CHECK(ev.diagnostics.at("gluing_weight_by_distance").size() == (block == 32 ? 3u : 2u));
       } else {
         CHECK_FALSE(ev.dependencies.contains("gluing"));
       }
