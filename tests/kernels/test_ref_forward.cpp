@@ -1,6 +1,7 @@
 // Reference kernels on small cases whose answers are worked out by hand.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -158,6 +159,68 @@ TEST_CASE("ref Plücker pairing, r = 3, by hand") {
                     1e-15, 0, "plucker mean");
     check_all_close(mean_norms, norms, 1e-15, 0, "plucker mean norms");
   }
+}
+
+// The Grassmann-Plücker relations: a vector p of the P = r(r-1)/2 coordinates is the
+// Plücker vector of a plane exactly when p_ij p_kl - p_ik p_jl + p_il p_jk = 0 for every
+// i < j < k < l. Each normalised pair satisfies them. So does the mean over offsets,
+// though a sum of planes in general does not: every pair at position t shares u = z_t,
+// so the mean is u ^ w with w the partners' weighted sum, the plane of z_t and w.
+double largest_plucker_relation(const double* p, std::int64_t r) {
+  auto at = [&](std::int64_t i, std::int64_t j) { return p[i * (r - 1) - i * (i - 1) / 2 + (j - i - 1)]; };
+  double worst = 0;
+  for (std::int64_t i = 0; i < r; ++i)
+    for (std::int64_t j = i + 1; j < r; ++j)
+      for (std::int64_t k = j + 1; k < r; ++k)
+        for (std::int64_t l = k + 1; l < r; ++l)
+          worst = std::max(worst, std::abs(at(i, j) * at(k, l) - at(i, k) * at(j, l) + at(i, l) * at(j, k)));
+  return worst;
+}
+
+TEST_CASE("Plücker vectors satisfy the Grassmann-Plücker relations, and so does their mean over offsets") {
+  const std::int64_t B = 2, L = 9, r = 6, P = r * (r - 1) / 2;
+  const std::vector<int32_t> offsets = {1, 2, 4};
+  const auto m = static_cast<std::int64_t>(offsets.size());
+  std::vector<double> z(static_cast<std::size_t>(B * L * r));
+  for (std::size_t i = 0; i < z.size(); ++i) z[i] = std::sin(0.7 * double(i) + 0.3) + 0.1 * std::cos(3.1 * double(i));
+  std::vector<float> zf(z.begin(), z.end());
+  std::vector<double> out(static_cast<std::size_t>(B * L * m * P)), norms(static_cast<std::size_t>(B * L * m));
+  ref_table_f64().plucker_forward(z.data(), B, L, r, offsets.data(), m, 1e-12, out.data(), norms.data());
+  std::vector<float> outf(out.size()), normsf(norms.size());
+  cpu_table_f32().plucker_forward(zf.data(), B, L, r, offsets.data(), m, 1e-6f, outf.data(), normsf.data());
+  int planes = 0;
+  for (std::int64_t row = 0; row < B * L * m; ++row) {
+    if (norms[static_cast<std::size_t>(row)] == 0) continue;  // no partner: zeros
+    ++planes;
+    const double* p = out.data() + row * P;
+    CHECK(largest_plucker_relation(p, r) < 1e-14);
+    double length = 0;
+    for (std::int64_t k = 0; k < P; ++k) length += p[k] * p[k];
+    CHECK(length == doctest::Approx(1.0).epsilon(1e-14));  // normalised
+    const std::vector<double> pf(outf.begin() + row * P, outf.begin() + (row + 1) * P);
+    CHECK(largest_plucker_relation(pf.data(), r) < 1e-6);
+  }
+  CHECK(planes == B * (L - 1 + L - 2 + L - 4));
+  // The mean of unit vectors of different planes: a plane again, of length below 1. A
+  // control shows the relations can fail: the sum of two planes that share no vector.
+  std::vector<double> mean(static_cast<std::size_t>(B * L * P)), mean_norms(norms.size());
+  ref_table_f64().plucker_mean_forward(z.data(), B, L, r, offsets.data(), m, 1e-12, mean.data(), mean_norms.data());
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t t = 1; t < L; ++t) {
+      const double* p = mean.data() + (b * L + t) * P;
+      CHECK(largest_plucker_relation(p, r) < 1e-14);
+      double length = 0;
+      for (std::int64_t k = 0; k < P; ++k) length += p[k] * p[k];
+      if (t >= 4) CHECK(length < 0.99);  // three different planes averaged
+    }
+  std::vector<float> meanf(mean.size()), mean_normsf(norms.size());  // the fused u ^ w kernel
+  cpu_table_f32().plucker_mean_forward(zf.data(), B, L, r, offsets.data(), m, 1e-6f, meanf.data(), mean_normsf.data());
+  for (std::int64_t row = 0; row < B * L; ++row) {
+    const std::vector<double> pf(meanf.begin() + row * P, meanf.begin() + (row + 1) * P);
+    CHECK(largest_plucker_relation(pf.data(), r) < 1e-6);
+  }
+  const std::vector<double> e01_plus_e23 = {1, 0, 0, 0, 0, 1};  // r = 4: p_01 = p_23 = 1
+  CHECK(largest_plucker_relation(e01_plus_e23.data(), 4) == 1.0);
 }
 
 TEST_CASE("ref GELU (exact erf form) and its derivative at known points") {
