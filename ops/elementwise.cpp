@@ -91,7 +91,9 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward("mul", BinaryOp::Mul, a, b);
   const bool ga = a.requires_grad(), gb = b.requires_grad();
   return record_op(out, "mul", {a, b}, [sa = saved(a), sb = saved(b), ga, gb](const Tensor& g) -> std::vector<Tensor> {
+    // course 02 begin: the backward of a broadcasting element-wise product
     return {ga ? sum_to(mul(g, sb), sa.shape()) : Tensor(), gb ? sum_to(mul(g, sa), sb.shape()) : Tensor()};
+    // course 02 end
   });
 }
 

@@ -1,0 +1,81 @@
+// The course generator (tools/course.sh): every marked region is well formed and graded by
+// a ctest of tests/course.cmake; the student tree replaces exactly the regions, each with a
+// throw naming its exercise, and keeps every other file as it is. (CI builds the student
+// tree and checks that each exercise's tests fail there.)
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kSource = WEDGE_SOURCE_DIR;
+
+struct Run {
+  int status = -1;
+  std::string out;
+};
+
+Run shell(const std::string& command) {
+  Run r;
+  std::FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p) != nullptr) r.out += buf;
+  r.status = ::pclose(p);
+  return r;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("course: every exercise region is well formed and graded, and the student tree strips exactly them") {
+  if (!fs::exists(kSource / ".git")) {
+    MESSAGE("skipped: the source folder is not a git checkout");
+    return;
+  }
+  const std::string tool = "bash '" + (kSource / "tools/course.sh").string() + "'";
+  const Run check = shell(tool + " check");
+  INFO(check.out);
+  REQUIRE(check.status == 0);
+  CHECK(check.out.find("every region well formed and graded") != std::string::npos);
+
+  const fs::path dest = fs::temp_directory_path() / "wedge_course_student";
+  fs::remove_all(dest);
+  const Run make = shell(tool + " make '" + dest.string() + "'");
+  INFO(make.out);
+  REQUIRE(make.status == 0);
+  // A solution is gone, its throw is there, the markers stay for the student to see.
+  const std::string mul = slurp(dest / "ops/elementwise.cpp");
+  CHECK(mul.find("sum_to(mul(g, sb)") == std::string::npos);
+  CHECK(count(mul, "throw std::logic_error(\"exercise 02: not implemented") == 1);
+  CHECK(mul.find("// course 02 end") != std::string::npos);
+  const std::string plucker = slurp(dest / "kernels/ref/plucker.cpp");
+  CHECK(count(plucker, "exercise 05: not implemented") == 1);
+  CHECK(count(plucker, "exercise 06: not implemented") == 1);
+  CHECK(plucker.find("plucker_mean_forward") != std::string::npos);  // the unmarked kernels stay
+  // The mainline keeps its solutions; unmarked files are copied unchanged.
+  CHECK(slurp(kSource / "ops/elementwise.cpp").find("sum_to(mul(g, sb)") != std::string::npos);
+  CHECK(slurp(dest / "README.md") == slurp(kSource / "README.md"));
+  CHECK(slurp(dest / "ops/matmul.cpp") == slurp(kSource / "ops/matmul.cpp"));
+  // A second make into the same folder is refused.
+  const Run again = shell(tool + " make '" + dest.string() + "'");
+  CHECK(again.status != 0);
+  CHECK(again.out.find("already exists") != std::string::npos);
+  fs::remove_all(dest);
+}
