@@ -12,3 +12,6 @@ wedge_course_exercise(03 test_kernels "--test-case=gradcheck layer norm*,ref lay
 wedge_course_exercise(04 test_kernels "--test-case=gradcheck cross-entropy*,ref cross-entropy*")
 wedge_course_exercise(05 test_kernels "--test-case=ref Plücker pairing*,Plücker vectors satisfy*")
 wedge_course_exercise(06 test_kernels "--test-case=gradcheck Plücker pairing*")
+wedge_course_exercise(07 test_ops "--test-case=gradcheck: every differentiable op*" "--subcase=matmul *")
+wedge_course_exercise(08 test_ops "--test-case=gradcheck: every differentiable op*" "--subcase=softmax *,log_softmax *")
+wedge_course_exercise(09 test_ops "--test-case=gradcheck: every differentiable op*" "--subcase=embedding *")

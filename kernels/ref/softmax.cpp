@@ -52,6 +52,7 @@ void softmax_forward(const T* x, T* y, i64 rows, i64 n, bool log) {
 //   log_softmax: gx_j = gy_j - exp(y_j) sum_k gy_k
 template <typename T>
 void softmax_backward(const T* y, const T* gy, T* gx, i64 rows, i64 n, bool log) {
+  // course 08 begin: softmax and log-softmax backward, the reference kernel
   for (i64 r = 0; r < rows; ++r) {
     const T* yr = y + r * n;
     const T* gyr = gy + r * n;
@@ -63,6 +64,7 @@ void softmax_backward(const T* y, const T* gy, T* gx, i64 rows, i64 n, bool log)
                    : T(acc_t(yr[j]) * (acc_t(gyr[j]) - sum));
     }
   }
+  // course 08 end
 }
 
 // Per row r with target t_r != ignore_index:  nll_r = lse_r - logits[r, t_r]
