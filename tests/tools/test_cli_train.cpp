@@ -16,6 +16,8 @@
 #include <string>
 #include <thread>
 
+#include "trainer_support.h"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -26,21 +28,8 @@ std::string temp_dir(const std::string& name) {
   return p.string();
 }
 
-struct Run {
-  int status = -1;
-  std::string out;
-};
-
-// A shell command line, stdout and stderr together.
-Run shell(const std::string& command) {
-  Run r;
-  std::FILE* p = ::popen((command + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p) != nullptr) r.out += buf;
-  r.status = ::pclose(p);
-  return r;
-}
+using Run = wedge::testing::ShellRun;
+using wedge::testing::shell;
 
 Run run(const std::string& args) { return shell(std::string(WEDGE_CLI) + " " + args); }
 

@@ -4,11 +4,12 @@
 // tree and checks that each exercise's tests fail there.)
 #include <doctest/doctest.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
+
+#include "trainer_support.h"
 
 namespace fs = std::filesystem;
 
@@ -16,20 +17,8 @@ namespace {
 
 const fs::path kSource = WEDGE_SOURCE_DIR;
 
-struct Run {
-  int status = -1;
-  std::string out;
-};
-
-Run shell(const std::string& command) {
-  Run r;
-  std::FILE* p = ::popen((command + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p) != nullptr) r.out += buf;
-  r.status = ::pclose(p);
-  return r;
-}
+using Run = wedge::testing::ShellRun;
+using wedge::testing::shell;
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p);

@@ -1,10 +1,14 @@
-// Shared by the trainer tests: fresh run directories and the per-step losses a run logged.
+// Shared by the trainer tests: fresh run directories, the per-step losses a run logged, and
+// a shell command's exit status and output.
 #pragma once
 
 #include <unistd.h>
 
+#include <cstdio>
+
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -13,6 +17,22 @@
 #include "models/lm.h"
 
 namespace wedge::testing {
+
+struct ShellRun {
+  int status = -1;
+  std::string out;  // stdout and stderr together
+};
+
+// Runs a shell command line; throws when the shell cannot be started.
+inline ShellRun shell(const std::string& command) {
+  ShellRun r;
+  std::FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) throw std::runtime_error("cannot start a shell for: " + command);
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p) != nullptr) r.out += buf;
+  r.status = ::pclose(p);
+  return r;
+}
 
 inline std::string fresh_run_dir(const std::string& name) {
   const auto p = std::filesystem::temp_directory_path() / ("wedge_run_" + std::to_string(::getpid()) + "_" + name);
