@@ -200,8 +200,19 @@ T shfl(unsigned mask, T value, int source_lane) {
 }
 
 // The body of every fiber: run the kernel for this thread, then hand control back for good.
+// An exception (in the course's student tree an unsolved exercise throws from inside a
+// kernel) is caught on the fiber's own stack, where it was thrown, and ends the launch
+// like a misuse does, with its message: unwinding must never cross a stack switch.
 inline void fiber_main() {
-  g_block->body();
+  std::string thrown;
+  try {
+    g_block->body();
+  } catch (const std::exception& e) {
+    thrown = e.what();
+  } catch (...) {
+    thrown = "an exception that is not a std::exception";
+  }
+  if (!thrown.empty()) fail("a thread threw: " + thrown);
   Block& b = *g_block;
   if (b.block_arrived > 0) {
     if (b.error.empty()) b.error = "a thread exited while others wait at __syncthreads";
