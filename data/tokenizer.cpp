@@ -99,6 +99,7 @@ void Tokenizer::wordpiece(std::string_view word, std::vector<std::int32_t>& ids)
     ids.push_back(vocab_.unk_id());
     return;
   }
+  // course 20 begin: WordPiece: the longest vocabulary piece first, ## pieces after the first, and a word that will not split is one [UNK]
   const std::size_t first_piece = ids.size();
   std::size_t start = 0;
   while (start < word.size()) {
@@ -123,6 +124,7 @@ void Tokenizer::wordpiece(std::string_view word, std::vector<std::int32_t>& ids)
     ids.push_back(id);
     start = end;
   }
+  // course 20 end
 }
 
 void Tokenizer::encode_text_part(std::string_view text, std::vector<std::int32_t>& ids, WordList& words) const {

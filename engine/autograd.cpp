@@ -129,7 +129,7 @@ void Tensor::backward(const Tensor& grad) const {
   // Reverse topological order by an iterative depth-first search.
   std::vector<Node*> order;
   {
-    // course 01 begin: the autograd tape's topological order (every node after all it depends on)
+    // course 04 begin: the autograd tape's topological order (every node after all it depends on)
     std::unordered_set<Node*> seen;
     std::vector<std::pair<Node*, std::size_t>> stack{{grad_fn().get(), 0}};
     seen.insert(grad_fn().get());
@@ -143,7 +143,7 @@ void Tensor::backward(const Tensor& grad) const {
         stack.pop_back();
       }
     }
-    // course 01 end
+    // course 04 end
   }
 
   // The summed gradient of each output of each Node that some gradient has reached.

@@ -45,11 +45,13 @@ std::int64_t shape_numel(const Shape& s) {
 
 Shape contiguous_strides(const Shape& s) {
   Shape st(s.size());
+  // course 01 begin: row-major strides: how far apart in memory the neighbours along each axis lie
   std::int64_t acc = 1;
   for (int i = static_cast<int>(s.size()) - 1; i >= 0; --i) {
     st[i] = acc;
     if (i > 0 && __builtin_mul_overflow(acc, s[i], &acc)) fail_too_large(s, "a stride");
   }
+  // course 01 end
   return st;
 }
 

@@ -111,6 +111,7 @@ AuditResult audit_causal(LanguageModel& model, std::int64_t L, std::uint64_t see
 
   // ---- 1. perturb every token after t; logits at <= t must be bit-identical -------
   const std::vector<float> reference = logits_on_host(model, ids, B, L, device);
+  // course 19 begin: the causality audit's first half: change every token after t and demand bit-identical logits up to t
   for (std::int64_t t : positions) {
     std::vector<std::int32_t> changed = ids;
     for (std::int64_t b = 0; b < B; ++b)
@@ -136,6 +137,7 @@ AuditResult audit_causal(LanguageModel& model, std::int64_t L, std::uint64_t see
         found = true;
       }
   }
+  // course 19 end
 
   // ---- 2. d sum(logits[:, t, :]) / d h0[:, s, :] must be exactly 0 for s > t ----------
   Tensor h0;

@@ -18,6 +18,7 @@ namespace {
 Shape broadcast_shapes(const std::string& op, const Shape& a, const Shape& b) {
   const std::size_t n = std::max(a.size(), b.size());
   Shape out(n);
+  // course 03 begin: broadcasting: the result shape, the zero strides that read an operand as if expanded, and sum_to (the adjoint)
   for (std::size_t i = 0; i < n; ++i) {
     const std::int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
     const std::int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
@@ -25,12 +26,14 @@ Shape broadcast_shapes(const std::string& op, const Shape& a, const Shape& b) {
       fail(op, "cannot broadcast shapes " + shape_str(a) + " and " + shape_str(b));
     out[i] = da == 1 ? db : da;
   }
+  // course 03 end
   return out;
 }
 
 // Strides that read `t` as if expanded to `out` (0 along broadcast axes).
 void broadcast_strides(const Tensor& t, const Shape& out, std::int64_t* strides) {
   const std::size_t n = out.size(), k = t.shape().size();
+  // course 03 begin: broadcasting: the result shape, the zero strides that read an operand as if expanded, and sum_to (the adjoint)
   for (std::size_t i = 0; i < n; ++i) {
     if (i < n - k) {
       strides[i] = 0;
@@ -39,6 +42,7 @@ void broadcast_strides(const Tensor& t, const Shape& out, std::int64_t* strides)
       strides[i] = t.shape()[j] == 1 ? 0 : t.strides()[j];
     }
   }
+  // course 03 end
 }
 
 Tensor binary_forward(const std::string& op, BinaryOp kind, const Tensor& a, const Tensor& b) {
@@ -91,9 +95,9 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward("mul", BinaryOp::Mul, a, b);
   const bool ga = a.requires_grad(), gb = b.requires_grad();
   return record_op(out, "mul", {a, b}, [sa = saved(a), sb = saved(b), ga, gb](const Tensor& g) -> std::vector<Tensor> {
-    // course 02 begin: the backward of a broadcasting element-wise product
+    // course 05 begin: the backward of a broadcasting element-wise product
     return {ga ? sum_to(mul(g, sb), sa.shape()) : Tensor(), gb ? sum_to(mul(g, sa), sb.shape()) : Tensor()};
-    // course 02 end
+    // course 05 end
   });
 }
 

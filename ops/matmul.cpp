@@ -139,7 +139,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return record_op(out, "matmul", {a, b}, [sa = saved(a), sb = saved(b), b_shared,
                                           precision = matmul_precision()](const Tensor& g) -> std::vector<Tensor> {
     MatmulPrecisionGuard as_forward(precision);
-    // course 07 begin: the backward of a (batched) matrix product, B shared or not
+    // course 06 begin: the backward of a (batched) matrix product, B shared or not
     // C = A B  =>  dA = dC B^T,  dB = A^T dC (summed over the batch when B was shared).
     Tensor ga = matmul(g, transpose(sb, -1, -2));
     Tensor gb;
@@ -152,7 +152,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
       gb = matmul(transpose(sa, -1, -2), g);
     }
     return {ga, gb};
-    // course 07 end
+    // course 06 end
   });
 }
 

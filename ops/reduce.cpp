@@ -123,6 +123,7 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
   const int n = x.dim(), k = static_cast<int>(shape.size());
   if (k > n) fail("sum_to", "cannot sum " + x.str() + " down to the larger shape " + shape_str(shape));
   std::vector<int> dims;
+  // course 03 begin: broadcasting: the result shape, the zero strides that read an operand as if expanded, and sum_to (the adjoint)
   for (int i = 0; i < n; ++i) {
     if (i < n - k) {
       dims.push_back(i);
@@ -133,6 +134,7 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
         fail("sum_to", "cannot sum " + x.str() + " down to " + shape_str(shape));
     }
   }
+  // course 03 end
   return reshape(sum(x, dims, true), shape);
 }
 

@@ -44,6 +44,7 @@ Tensor permute(const Tensor& x, const std::vector<int>& order) {
     fail("permute", "order has " + std::to_string(order.size()) + " axes for shape " + shape_str(x.shape()));
   std::vector<int> inverse(n, -1);
   Shape shape(n), strides(n);
+  // course 02 begin: a permuted view: the same memory read through permuted strides, and the inverse order for its backward
   for (int i = 0; i < n; ++i) {
     const int d = wrap_dim("permute", order[i], n);
     if (inverse[d] >= 0) fail("permute", "axis " + std::to_string(d) + " appears twice in the order");
@@ -51,6 +52,7 @@ Tensor permute(const Tensor& x, const std::vector<int>& order) {
     shape[i] = x.shape()[d];
     strides[i] = x.strides()[d];
   }
+  // course 02 end
   Tensor y = x.as_strided(shape, strides, x.offset());
   return record_op(y, "permute", {x}, [inverse](const Tensor& g) -> std::vector<Tensor> {
     return {permute(g, inverse)};

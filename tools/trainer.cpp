@@ -453,6 +453,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     Tensor y = Tensor::from_vector(b.targets, {rows * st.block}).to(device);
     const double lr = sched.at(step);
     opt.set_lr(lr);
+    // course 21 begin: one training step: forward, the loss, backward, clip the gradient's norm, the AdamW update
     Tensor logits = model->forward(x);
     Tensor loss = ops::cross_entropy(ops::reshape(logits, {tokens_this_step, -1}), y, data::kIgnoreTarget);
     // The logged loss is the cross-entropy; a model's auxiliary terms (SheafStateLM's gluing
@@ -465,6 +466,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     // Clipping is folded into the update: one norm, then one pass over the parameters.
     opt.step(clip_scale(grad_norm(model->parameters()), st.clip));
     opt.zero_grad();
+    // course 21 end
     ++step;
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     elapsed_before += dt;

@@ -146,6 +146,7 @@ void pack_a_panels(const SgemmMicroKernel& mk, const GemmBlocking& blk, const Ma
 void compute_block(const SgemmMicroKernel& mk, const GemmBlocking& blk, const MatrixProblem& pr,
                    const float* a_block, i64 row0, i64 rows, i64 a_first, i64 a_last, i64 p0,
                    i64 kc, i64 col0, i64 col1, float beta) {
+  // course 13 begin: the blocked GEMM's inner loops: pack a block of B, then every mr x nr tile of C from the packed panels
   const i64 depth = panel_depth(mk, kc);
   const i64 b_floats = ceil_div(std::min(blk.nc, col1 - col0), mk.nr) * mk.nr * depth;
   // Prefetch the next k slice only when this B block is the last one before it (the same
@@ -173,6 +174,7 @@ void compute_block(const SgemmMicroKernel& mk, const GemmBlocking& blk, const Ma
       }
     }
   }
+  // course 13 end
 }
 
 // Asks for the source of one A panel (rows [row, row + mr) of op(A), k slice [p0, p0 + kc))

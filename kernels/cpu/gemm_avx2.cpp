@@ -25,6 +25,7 @@ void sgemm_kernel_6x16(i64 kc, const float* __restrict ap, const float* __restri
   __m256 acc[kMr][2];
 #pragma GCC unroll 6
   for (int i = 0; i < kMr; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  // course 14 begin: the GEMM micro-kernel: a register tile of C, one broadcast FMA per row and vector per step of k (AVX-512 14 x 32; AVX2 6 x 16 on CPUs without AVX-512)
   for (i64 p = 0; p < kc; ++p) {
     const __m256 b0 = _mm256_load_ps(bp);
     const __m256 b1 = _mm256_load_ps(bp + 8);
@@ -37,6 +38,7 @@ void sgemm_kernel_6x16(i64 kc, const float* __restrict ap, const float* __restri
     ap += kMr;
     bp += kNr;
   }
+  // course 14 end
   const __m256i mask0 = first_lanes(n_valid);
   const __m256i mask1 = first_lanes(n_valid - 8);
   const __m256 valpha = _mm256_set1_ps(alpha);

@@ -38,6 +38,7 @@ void sgemm_kernel_14x32(i64 kc, const float* __restrict ap, const float* __restr
       _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + kNr - 1), _MM_HINT_T0);
     }
   }
+  // course 14 begin: the GEMM micro-kernel: a register tile of C, one broadcast FMA per row and vector per step of k (AVX-512 14 x 32; AVX2 6 x 16 on CPUs without AVX-512)
   for (i64 p = 0; p < kc; ++p) {
     const __m512 b0 = _mm512_load_ps(bp);
     const __m512 b1 = _mm512_load_ps(bp + 16);
@@ -50,6 +51,7 @@ void sgemm_kernel_14x32(i64 kc, const float* __restrict ap, const float* __restr
     ap += kMr;
     bp += kNr;
   }
+  // course 14 end
 
   store_tile(acc, c, ldc, m_valid, n_valid, alpha, beta);
 }

@@ -68,6 +68,15 @@ inline int atomicAdd(int* address, int value) {  // fibers never interleave insi
 
 #endif
 
+// Where the course's student tree (tools/course.sh) removed an exercise's solution from a
+// kernel (the regions of this folder lie in device code): under the emulation an exception
+// with the exercise's message, on a GPU a trap, as device code cannot throw.
+#if defined(WEDGE_CUDA_EMULATE)
+#define WEDGE_COURSE_UNSOLVED(message) throw std::logic_error(message)
+#else
+#define WEDGE_COURSE_UNSOLVED(message) __trap()
+#endif
+
 namespace wedge::kernels::WEDGE_CUDA_NS {
 
 namespace launch = ::wedge::kernels::cuda_launch;

@@ -145,6 +145,7 @@ __global__ void reduce_columns_kernel(const float* x, const int* x_idx, float* y
       if (y_idx != nullptr) y_idx[out] = phase_i[0][threadIdx.x];
     }
   } else {
+    // course 15 begin: a CUDA column sum: each thread walks its column, then 8 row phases meet in a fixed shared-memory tree (graded under the host emulation)
     __shared__ float phase_sum[kY][kX];
     float acc = 0.0f;
     if (column_exists) {
@@ -162,6 +163,7 @@ __global__ void reduce_columns_kernel(const float* x, const int* x_idx, float* y
       __syncthreads();
     }
     if (threadIdx.y == 0 && column_exists) y[out] = phase_sum[0][threadIdx.x];
+    // course 15 end
   }
 }
 

@@ -13,6 +13,7 @@ namespace {
 
 template <typename T>
 void adam_segment(const AdamParams& hp, T* param, const T* grad, T* m, T* v, i64 n) {
+  // course 12 begin: one AdamW step: the moments, their bias correction and the decoupled weight decay
   const acc_t lr = hp.lr, b1 = hp.beta1, b2 = hp.beta2, eps = hp.eps, wd = hp.weight_decay;
   const acc_t scale = hp.grad_scale;
   for (i64 i = 0; i < n; ++i) {
@@ -27,6 +28,7 @@ void adam_segment(const AdamParams& hp, T* param, const T* grad, T* m, T* v, i64
     v[i] = T(v_new);
     param[i] = T(p - lr * step);
   }
+  // course 12 end
 }
 
 }  // namespace

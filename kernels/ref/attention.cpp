@@ -41,6 +41,7 @@ void attention_forward(const T* q, const T* k, const T* v, i64 BH, i64 L, i64 dh
     const T* vh = v + base;
     T* oh = out + base;
     for (i64 i = 0; i < L; ++i) {
+      // course 11 begin: causal attention forward, the reference kernel: a numerically stable softmax of each row of scores, then the weighted sum of values
       // Stable log-sum-exp of row i: subtract the row maximum before exponentiating.
       acc_t max = -std::numeric_limits<acc_t>::infinity();
       for (i64 j = 0; j < L; ++j) max = std::fmax(max, head.score(i, j));
@@ -55,6 +56,7 @@ void attention_forward(const T* q, const T* k, const T* v, i64 BH, i64 L, i64 dh
         const acc_t P = std::exp(head.score(i, j) - row_lse);
         for (i64 d = 0; d < dh; ++d) oh[i * dh + d] += T(P * acc_t(vh[j * dh + d]));
       }
+      // course 11 end
     }
   }
 }

@@ -15,13 +15,13 @@ void embedding_forward(const T* table, const int32_t* ids, i64 n, i64 V, i64 D, 
 // result is the same bits on every run (a repeated id is where parallel versions differ).
 template <typename T>
 void embedding_backward(const int32_t* ids, const T* gout, i64 n, i64 V, i64 D, T* gtable) {
-  // course 09 begin: embedding backward, the reference kernel (a scatter-add of rows)
+  // course 10 begin: embedding backward, the reference kernel (a scatter-add of rows)
   for (i64 e = 0; e < V * D; ++e) gtable[e] = T(0);
   for (i64 i = 0; i < n; ++i) {
     T* row = gtable + i64(ids[i]) * D;
     for (i64 d = 0; d < D; ++d) row[d] += gout[i * D + d];
   }
-  // course 09 end
+  // course 10 end
 }
 
 #define WEDGE_REF_INSTANTIATE(T)                                                   \

@@ -37,7 +37,7 @@ void layer_norm_forward(const T* x, const T* gamma, const T* beta, i64 rows, i64
 template <typename T>
 void layer_norm_backward(const T* x, const T* gamma, const T* mean, const T* rstd, const T* gy,
                          i64 rows, i64 D, T* gx, T* ggamma, T* gbeta) {
-  // course 03 begin: layer norm backward, the reference kernel (ops/layer_norm_walkthrough.md derives it)
+  // course 08 begin: layer norm backward, the reference kernel (ops/layer_norm_walkthrough.md derives it)
   auto xhat = [&](i64 r, i64 d) { return (acc_t(x[r * D + d]) - acc_t(mean[r])) * acc_t(rstd[r]); };
   for (i64 r = 0; r < rows; ++r) {
     auto g = [&](i64 d) {
@@ -64,7 +64,7 @@ void layer_norm_backward(const T* x, const T* gamma, const T* mean, const T* rst
     if (ggamma != nullptr) ggamma[d] = T(sum_gy_xhat);
     if (gbeta != nullptr) gbeta[d] = T(sum_gy);
   }
-  // course 03 end
+  // course 08 end
 }
 
 #define WEDGE_REF_INSTANTIATE(T)                                                                   \

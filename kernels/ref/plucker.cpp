@@ -61,7 +61,7 @@ void add_pair_gradient(acc_t dp, const T* u, const T* v, i64 i, i64 j, T* gu, T*
 template <typename T>
 void plucker_forward(const T* z, i64 B, i64 L, i64 r, const int32_t* offsets, i64 m, T eps, T* out,
                      T* norms) {
-  // course 05 begin: the causal Plücker pairs, normalised (kernels/plucker_walkthrough.md)
+  // course 16 begin: the causal Plücker pairs, normalised (kernels/plucker_walkthrough.md)
   const i64 P = r * (r - 1) / 2;
   for (i64 b = 0; b < B; ++b) {
     for (i64 t = 0; t < L; ++t) {
@@ -83,7 +83,7 @@ void plucker_forward(const T* z, i64 B, i64 L, i64 r, const int32_t* offsets, i6
       }
     }
   }
-  // course 05 end
+  // course 16 end
 }
 
 // gz (B, L, r) from gout (B, L, m, P): each valid (t, Δ) sends gradient to both z[t] and
@@ -91,7 +91,7 @@ void plucker_forward(const T* z, i64 B, i64 L, i64 r, const int32_t* offsets, i6
 template <typename T>
 void plucker_backward(const T* z, i64 B, i64 L, i64 r, const int32_t* offsets, i64 m, T eps,
                       const T* out, const T* norms, const T* gout, T* gz) {
-  // course 06 begin: the Plücker pairs' backward, through the normalisation and the minors
+  // course 17 begin: the Plücker pairs' backward, through the normalisation and the minors
   const i64 P = r * (r - 1) / 2;
   for (i64 e = 0; e < B * L * r; ++e) gz[e] = T(0);
   for (i64 b = 0; b < B; ++b) {
@@ -113,7 +113,7 @@ void plucker_backward(const T* z, i64 B, i64 L, i64 r, const int32_t* offsets, i
       }
     }
   }
-  // course 06 end
+  // course 17 end
 }
 
 // out[b,t,:] = (1 / |valid|) sum over valid Δ of phat(t, Δ); 0 where no Δ is valid.

@@ -56,6 +56,7 @@ void selective_scan_forward(const ScanArgs<T>& a, T* y, T* h_last) {
           A[n] = -std::exp(acc_t(a.A_log[d * a.N + n]));
           h[n] = a.h0 != nullptr ? acc_t(a.h0[ix.state(b, s, d, n)]) : 0.0;
         }
+        // course 18 begin: the selective scan (S6) forward, the reference kernel: decay the state, add the input, read it out, token by token
         for (i64 t = s * a.P; t < std::min(a.L, (s + 1) * a.P); ++t) {
           const i64 i = ix.token(b, t, d);
           const acc_t dt = step_size(a, i, d), u = acc_t(a.u[i]);
@@ -66,6 +67,7 @@ void selective_scan_forward(const ScanArgs<T>& a, T* y, T* h_last) {
           }
           y[i] = T(a.z != nullptr ? out * silu(acc_t(a.z[i])) : out);
         }
+        // course 18 end
         if (h_last != nullptr)
           for (i64 n = 0; n < a.N; ++n) h_last[ix.state(b, s, d, n)] = T(h[n]);
       }

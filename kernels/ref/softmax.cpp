@@ -52,7 +52,7 @@ void softmax_forward(const T* x, T* y, i64 rows, i64 n, bool log) {
 //   log_softmax: gx_j = gy_j - exp(y_j) sum_k gy_k
 template <typename T>
 void softmax_backward(const T* y, const T* gy, T* gx, i64 rows, i64 n, bool log) {
-  // course 08 begin: softmax and log-softmax backward, the reference kernel
+  // course 07 begin: softmax and log-softmax backward, the reference kernel
   for (i64 r = 0; r < rows; ++r) {
     const T* yr = y + r * n;
     const T* gyr = gy + r * n;
@@ -64,7 +64,7 @@ void softmax_backward(const T* y, const T* gy, T* gx, i64 rows, i64 n, bool log)
                    : T(acc_t(yr[j]) * (acc_t(gyr[j]) - sum));
     }
   }
-  // course 08 end
+  // course 07 end
 }
 
 // Per row r with target t_r != ignore_index:  nll_r = lse_r - logits[r, t_r]
@@ -91,7 +91,7 @@ void cross_entropy_forward(const T* logits, const int32_t* targets, i64 rows, i6
 template <typename T>
 void cross_entropy_backward(const T* logits, const int32_t* targets, const T* lse, const T* count,
                             const T* gloss, i64 rows, i64 V, int32_t ignore_index, T* glogits) {
-  // course 04 begin: cross-entropy backward, the reference kernel (softmax minus one-hot, ignored rows zero)
+  // course 09 begin: cross-entropy backward, the reference kernel (softmax minus one-hot, ignored rows zero)
   const acc_t scale = *count > T(0) ? acc_t(*gloss) / acc_t(*count) : 0.0;
   for (i64 r = 0; r < rows; ++r) {
     const T* row = logits + r * V;
@@ -107,7 +107,7 @@ void cross_entropy_backward(const T* logits, const int32_t* targets, const T* ls
       grow[j] = T((prob - onehot) * scale);
     }
   }
-  // course 04 end
+  // course 09 end
 }
 
 #define WEDGE_REF_INSTANTIATE(T)                                                                   \
