@@ -171,7 +171,7 @@ LADDER_INLINE void packed_body(int n, const float* a, const float* b, float* c) 
 }
 
 #define LADDER_STEP(name) \
-  LADDER_FLOAT_LOOPS(name, (int n, const float* a, const float* b, float* c), (n, a, b, c))
+  LADDER_FLOAT_LOOPS(name, (int n, const float* a, const float* b, float* c), name##_body(n, a, b, c))
 LADDER_STEP(naive)
 LADDER_STEP(loop_order)
 LADDER_STEP(blocked)

@@ -10,7 +10,6 @@
 #pragma once
 
 #include <algorithm>
-#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -33,20 +32,29 @@ inline bool has_avx512() { return std::string(kernels::cpu_isa_name()) == "avx51
 inline bool has_avx2() { return has_avx512() || std::string(kernels::cpu_isa_name()) == "avx2"; }
 
 // ---- plain float loops, vectorised by the compiler ----------------------------------------------
-// A step written as plain C++ is an always-inline `NAME_body` instantiated twice: in a
-// function compiled for AVX-512 and in one compiled for AVX2, both at -O3 (at the project's
-// -O2, GCC 12 vectorises no loop whose trip count it does not know); ladder_pick chooses by
-// the CPU at run time. The gaps between such a step and wedge's kernels then come from the
-// ideas, not from the instruction set or the flags.
+// A step written as plain C++ is an always-inline function called from two: NAME_avx512,
+// compiled for AVX-512, and NAME_avx2, compiled for AVX2; LADDER_PICK(NAME) chooses by the
+// CPU at run time. Both, and every LADDER_INLINE function they call, are compiled at -O3
+// (at the project's -O2, GCC 12 vectorises no loop whose trip count it does not know) with
+// -fno-trapping-math (with trapping math a float comparison may raise an exception, so GCC
+// keeps `a > b ? a : b` a branch, and a loop with a branch is not vectorised for AVX2;
+// results do not change). The flags must be on the inlined functions themselves: GCC
+// vectorises their loops under the flags they were compiled with, not their caller's. And
+// functions compiled without the flags -- the standard library's: std::fabs, std::min,
+// std::bit_cast, std::vector's operator[] -- are not inlined into them but called, so the
+// loops use none of them. The gaps between such a step and wedge's kernels then come from
+// the ideas, not from the instruction set or the flags.
+//   LADDER_FLOAT_LOOPS(name, (parameters), call of the always-inline body with them)
 
-#define LADDER_INLINE [[gnu::always_inline]] inline
+#define LADDER_FLAGS optimize("O3", "no-trapping-math")
+#define LADDER_INLINE [[gnu::always_inline]] inline __attribute__((LADDER_FLAGS))
 
-#define LADDER_FLOAT_LOOPS(name, params, args)                                                              \
-  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma"), optimize("O3"))) void name##_avx512 \
-      params {                                                                                             \
-    name##_body args;                                                                                      \
-  }                                                                                                        \
-  __attribute__((target("avx2,fma"), optimize("O3"))) void name##_avx2 params { name##_body args; }
+#define LADDER_FLOAT_LOOPS(name, params, call)                                                               \
+  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma"), LADDER_FLAGS)) void name##_avx512 \
+      params {                                                                                          \
+    call;                                                                                               \
+  }                                                                                                     \
+  __attribute__((target("avx2,fma"), LADDER_FLAGS)) void name##_avx2 params { call; }
 
 template <typename F>
 F* ladder_pick(F* avx512, F* avx2) {
@@ -89,7 +97,10 @@ LADDER_INLINE float lanes_sum(const float* x, i64 n) {
 // degree-7 Taylor polynomial (relative error ~2e-7, an ulp or two). Below -87 (and for
 // -inf, a masked score) it returns 0, where e^x is under float's smallest normal anyway.
 LADDER_INLINE float exp_float(float x) {
-  const float xc = std::min(88.0f, std::max(-87.0f, x));
+  // Clamps and the result as value selects, not std::min / std::max (those return
+  // references, which GCC 12 leaves as branches that stop the vectoriser).
+  float xc = x > 88.0f ? 88.0f : x;
+  xc = xc < -87.0f ? -87.0f : xc;
   // Adding 1.5 * 2^23 rounds to the nearest integer in the default rounding mode.
   const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   const float r = (xc - n * 0.693145751953125f) - n * 1.42860682030941723212e-6f;
@@ -101,7 +112,9 @@ LADDER_INLINE float exp_float(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  const float two_n = std::bit_cast<float>((static_cast<std::int32_t>(n) + 127) << 23);
+  // __builtin_bit_cast, not std::bit_cast: a library function compiled without LADDER_FLAGS
+  // is not inlined into one compiled with them, and a call in a loop stops the vectoriser.
+  const float two_n = __builtin_bit_cast(float, (static_cast<std::int32_t>(n) + 127) << 23);
   return x < -87.0f ? 0.0f : p * two_n;
 }
 
@@ -227,7 +240,7 @@ class Table {
         std::printf(" | %9s %8s %7s %9s %9s", "-", "", "", "", "");
         continue;
       }
-      std::printf(" | %9.2f %8.1f %6.0f%% %9.1e %9.1e", c.seconds * 1e3, c.rate, 100 * c.rate / c.ceiling,
+      std::printf(" | %9.2f %8.1f %6.1f%% %9.1e %9.1e", c.seconds * 1e3, c.rate, 100 * c.rate / c.ceiling,
                   c.error.abs, c.error.rel);
       ok = ok && c.ok;
     }
