@@ -271,10 +271,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: attention_ladder [heads > 0] [T > 0] [dh > 0]\n");
     return 1;
   }
-  if (!has_avx2()) {
-    std::fprintf(stderr, "attention_ladder needs a CPU with AVX2 and FMA\n");
-    return 1;
-  }
+  if (!has_float_loops("attention_ladder")) return 1;
   const int threads = num_threads();
   const Ceiling peak = fma_peak();
   std::printf("causal attention, %lld heads x T %lld x dh %lld, fp32.  %s\n", static_cast<long long>(BH),

@@ -186,10 +186,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const bool avx512 = has_avx512();
-  if (!has_avx2()) {
-    std::fprintf(stderr, "gemm_ladder needs a CPU with AVX2 and FMA\n");
-    return 1;
-  }
+  if (!has_float_loops("gemm_ladder")) return 1;
   const int threads = num_threads();
   const bool has_bf16 = cpu::has_avx512_bf16(), has_amx = cpu::amx_usable();
   const Ceiling fma = fma_peak();

@@ -56,6 +56,13 @@ inline bool has_avx2() { return has_avx512() || std::string(kernels::cpu_isa_nam
   }                                                                                                     \
   __attribute__((target("avx2,fma"), LADDER_FLAGS)) void name##_avx2 params { call; }
 
+// Steps built with LADDER_FLOAT_LOOPS need one of the two: without, a ladder says so and stops.
+inline bool has_float_loops(const char* program) {
+  if (has_avx2()) return true;
+  std::fprintf(stderr, "%s needs a CPU with AVX2 and FMA\n", program);
+  return false;
+}
+
 template <typename F>
 F* ladder_pick(F* avx512, F* avx2) {
   return has_avx512() ? avx512 : avx2;

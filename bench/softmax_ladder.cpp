@@ -231,10 +231,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: softmax_ladder [rows > 0] [V > 0]\n");
     return 1;
   }
-  if (!has_avx2()) {
-    std::fprintf(stderr, "softmax_ladder needs a CPU with AVX2 and FMA\n");
-    return 1;
-  }
+  if (!has_float_loops("softmax_ladder")) return 1;
   const int threads = num_threads();
   const Ceiling bw = copy_bandwidth();
   std::printf("softmax and cross-entropy over (%lld, %lld), fp32.  %s\n", static_cast<long long>(rows),
