@@ -102,10 +102,10 @@ LADDER_INLINE float lanes_sum(const float* x, i64 n) {
 // element, which GCC only replaces by a vector routine under -ffast-math. The usual split
 // x = n ln2 + r with |r| <= ln2 / 2: 2^n goes straight into the exponent bits, e^r is a
 // degree-7 Taylor polynomial (relative error ~2e-7, an ulp or two). Below -87 (and for
-// -inf, a masked score) it returns 0, where e^x is under float's smallest normal anyway.
+// -inf, a masked score) it returns 0: e^-87 is 1.6e-38, next to float's smallest normal,
+// and nothing next to the exp(0) = 1 term every softmax row has.
 LADDER_INLINE float exp_float(float x) {
-  // Clamps and the result as value selects, not std::min / std::max (those return
-  // references, which GCC 12 leaves as branches that stop the vectoriser).
+  // The clamps as selects, not std::min / std::max, which would be calls (see above).
   float xc = x > 88.0f ? 88.0f : x;
   xc = xc < -87.0f ? -87.0f : xc;
   // Adding 1.5 * 2^23 rounds to the nearest integer in the default rounding mode.
@@ -119,8 +119,7 @@ LADDER_INLINE float exp_float(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  // __builtin_bit_cast, not std::bit_cast: a library function compiled without LADDER_FLAGS
-  // is not inlined into one compiled with them, and a call in a loop stops the vectoriser.
+  // __builtin_bit_cast, not std::bit_cast, for the same reason.
   const float two_n = __builtin_bit_cast(float, (static_cast<std::int32_t>(n) + 127) << 23);
   return x < -87.0f ? 0.0f : p * two_n;
 }
