@@ -36,7 +36,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -50,17 +49,17 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/tables.h"
+#include "ladder.h"
 
 using namespace wedge;
 using namespace wedge::kernels;
+using namespace wedge::ladder;
 
 namespace {
 
 // ---- steps 1-4: plain C++ --------------------------------------------------------------------
-// Each body is an always-inline template instantiated twice: in a function compiled for
-// AVX-512 and in one compiled for AVX2, picked by the CPU at run time.
-
-#define LADDER_INLINE [[gnu::always_inline]] inline
+// Each body is compiled for AVX-512 and for AVX2 and picked by the CPU at run time
+// (LADDER_FLOAT_LOOPS, ladder.h).
 
 LADDER_INLINE void naive_body(int n, const float* a, const float* b, float* c) {
   for (int i = 0; i < n; ++i) {
@@ -171,38 +170,12 @@ LADDER_INLINE void packed_body(int n, const float* a, const float* b, float* c) 
   }
 }
 
-#define LADDER_STEP(name)                                                                          \
-  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma"),                            \
-                 optimize("O3"))) void name##_avx512(int n, const float* a, const float* b,        \
-                                                     float* c) {                                   \
-    name##_body(n, a, b, c);                                                                       \
-  }                                                                                                \
-  __attribute__((target("avx2,fma"), optimize("O3"))) void name##_avx2(int n, const float* a,      \
-                                                                       const float* b, float* c) { \
-    name##_body(n, a, b, c);                                                                       \
-  }
+#define LADDER_STEP(name) \
+  LADDER_FLOAT_LOOPS(name, (int n, const float* a, const float* b, float* c), name##_body(n, a, b, c))
 LADDER_STEP(naive)
 LADDER_STEP(loop_order)
 LADDER_STEP(blocked)
 LADDER_STEP(packed)
-
-// ---- measured peaks: kernels/cpu/peak.cpp --------------------------------------------------
-
-// Runs `step` until at least 0.3 s have passed (at least twice, the first as warm-up) and
-// returns the best time of one run.
-double best_seconds(const std::function<void()>& step) {
-  double best = 1e30, total = 0;
-  for (int run = 0; run < 2 || total < 0.3; ++run) {
-    const auto start = std::chrono::steady_clock::now();
-    step();
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (run > 0 || s > 1.0) best = std::min(best, s);  // a slow first run is not repeated
-    total += s;
-    if (s > 1.0 && run > 0) break;
-  }
-  return best;
-}
 
 }  // namespace
 
@@ -212,28 +185,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: gemm_ladder [size > 0]\n");
     return 1;
   }
-  const bool avx512 = std::string(cpu_isa_name()) == "avx512";
-  const bool avx2 = avx512 || std::string(cpu_isa_name()) == "avx2";
-  if (!avx2) {
-    std::fprintf(stderr, "gemm_ladder needs a CPU with AVX2 and FMA\n");
-    return 1;
-  }
+  const bool avx512 = has_avx512();
+  if (!has_float_loops("gemm_ladder")) return 1;
   const int threads = num_threads();
-  const double peak1 = measured_fma_peak_gflops(1), peak_all = measured_fma_peak_gflops(threads);
   const bool has_bf16 = cpu::has_avx512_bf16(), has_amx = cpu::amx_usable();
-  const double bf16_peak1 = has_bf16 ? measured_bf16_peak_gflops(1) : 0;
-  const double bf16_peak_all = has_bf16 ? measured_bf16_peak_gflops(threads) : 0;
-  const double amx_peak1 = has_amx ? measured_amx_peak_gflops(1) : 0;
-  const double amx_peak_all = has_amx ? measured_amx_peak_gflops(threads) : 0;
+  const Ceiling fma = fma_peak();
+  const Ceiling bf16 = has_bf16 ? Ceiling{measured_bf16_peak_gflops(1), measured_bf16_peak_gflops(threads)} : Ceiling{};
+  const Ceiling amx = has_amx ? Ceiling{measured_amx_peak_gflops(1), measured_amx_peak_gflops(threads)} : Ceiling{};
   std::printf("C = A B, %d x %d x %d, fp32.  %s.  OpenBLAS core: %s\n", n, n, n, cpu_backend_name(),
               openblas_get_corename());
-  std::printf("measured fp32 FMA peak: %.1f GFLOP/s on 1 thread, %.1f on %d threads\n", peak1, peak_all, threads);
-  if (has_bf16)
-    std::printf("measured bf16 vdpbf16ps peak: %.1f GFLOP/s on 1 thread, %.1f on %d threads\n", bf16_peak1,
-                bf16_peak_all, threads);
+  fma.print("fp32 FMA peak", "GFLOP/s");
+  if (has_bf16) bf16.print("bf16 vdpbf16ps peak", "GFLOP/s");
   if (has_amx)
-    std::printf("measured AMX tdpbf16ps peak: %.1f GFLOP/s on 1 thread, %.1f on %d threads\n", amx_peak1, amx_peak_all,
-                threads);
+    amx.print("AMX tdpbf16ps peak", "GFLOP/s");
   else
     std::printf("AMX: not on this CPU (or the tile state was refused); steps 10-11 skipped\n");
   std::printf("\n");
@@ -262,25 +226,23 @@ int main(int argc, char** argv) {
   g.c = c.data();
   g16.c = c.data();
 
-  enum class Peak { Fma, Bf16, Amx };
   struct Step {
     const char* name;
     int threads;
     std::function<void()> run;
-    Peak peak = Peak::Fma;
+    const Ceiling* peak = nullptr;  // fp32 FMA unless given
   };
-  auto plain = [&](void (*f512)(int, const float*, const float*, float*),
-                   void (*f2)(int, const float*, const float*, float*)) {
-    return [=, &a, &b, &c] { (avx512 ? f512 : f2)(n, a.data(), b.data(), c.data()); };
+  auto plain = [&](void (*f)(int, const float*, const float*, float*)) {
+    return [=, &a, &b, &c] { f(n, a.data(), b.data(), c.data()); };
   };
   const cpu::SgemmMicroKernel& mk =
       avx512 ? cpu::sgemm_avx512_microkernel() : cpu::sgemm_avx2_microkernel();
   const cpu::GemmBlocking blocking = cpu::default_blocking(mk);
   std::vector<Step> steps = {
-      {"1 naive (i-j-p)", 1, plain(naive_avx512, naive_avx2)},
-      {"2 loop order (i-p-j)", 1, plain(loop_order_avx512, loop_order_avx2)},
-      {"3 cache-blocked", 1, plain(blocked_avx512, blocked_avx2)},
-      {"4 packed panels", 1, plain(packed_avx512, packed_avx2)},
+      {"1 naive (i-j-p)", 1, plain(LADDER_PICK(naive))},
+      {"2 loop order (i-p-j)", 1, plain(LADDER_PICK(loop_order))},
+      {"3 cache-blocked", 1, plain(LADDER_PICK(blocked))},
+      {"4 packed panels", 1, plain(LADDER_PICK(packed))},
       {avx512 ? "5 avx512 micro-kernel" : "5 avx2 micro-kernel", 1,
        [&] { cpu::sgemm_packed(mk, blocking, g, 1); }},
       {"6 + all threads", threads, [&] { cpu::sgemm_packed(mk, blocking, g, threads); }},
@@ -289,42 +251,32 @@ int main(int argc, char** argv) {
   const cpu::SgemmMicroKernel& mk16 = cpu::bf16_avx512_microkernel();
   const cpu::GemmBlocking blocking16 = cpu::default_blocking(mk16);
   if (has_bf16) {
-    steps.push_back({"8 avx512-bf16 kernel", 1, [&] { cpu::sgemm_packed(mk16, blocking16, g16, 1); }, Peak::Bf16});
-    steps.push_back({"9 + all threads", threads, [&] { cpu::sgemm_packed(mk16, blocking16, g16, threads); }, Peak::Bf16});
+    steps.push_back({"8 avx512-bf16 kernel", 1, [&] { cpu::sgemm_packed(mk16, blocking16, g16, 1); }, &bf16});
+    steps.push_back({"9 + all threads", threads, [&] { cpu::sgemm_packed(mk16, blocking16, g16, threads); }, &bf16});
   }
   if (has_amx) {
-    const cpu::SgemmMicroKernel& amx = cpu::bf16_amx_microkernel();
-    steps.push_back({"10 amx tiles", 1, [&] { cpu::sgemm_packed(amx, cpu::default_blocking(amx), g16, 1); }, Peak::Amx});
+    const cpu::SgemmMicroKernel& amx_mk = cpu::bf16_amx_microkernel();
     steps.push_back(
-        {"11 + all threads", threads, [&] { cpu::sgemm_packed(amx, cpu::default_blocking(amx), g16, threads); }, Peak::Amx});
+        {"10 amx tiles", 1, [&] { cpu::sgemm_packed(amx_mk, cpu::default_blocking(amx_mk), g16, 1); }, &amx});
+    steps.push_back({"11 + all threads", threads,
+                     [&] { cpu::sgemm_packed(amx_mk, cpu::default_blocking(amx_mk), g16, threads); }, &amx});
   }
 
-  std::printf("%-24s %8s %10s %10s %8s %12s\n", "step", "threads", "time ms", "GFLOP/s", "% peak",
-              "max rel err");
+  Table table({"gemm"}, "GFLOP/s", "peak");
+  table.header();
   const double flops = 2.0 * n * static_cast<double>(n) * n;
   for (const Step& step : steps) {
     if (std::string(step.name).find("naive") != std::string::npos && n > 1024) {
-      std::printf("%-24s   (skipped above 1024: minutes)\n", step.name);
+      table.skipped(step.name, "skipped above 1024: minutes");
       continue;
     }
     std::fill(c.begin(), c.end(), std::nanf(""));
-    const double s = best_seconds(step.run);
-    // relative to the largest reference element; bf16 steps against the bf16 reference
-    const std::vector<float>& oracle = step.peak == Peak::Fma ? want : want_bf16;
-    double err = 0;
-    double scale = 0;
-    for (std::size_t i = 0; i < elems; ++i) scale = std::max(scale, double(std::fabs(oracle[i])));
-    for (std::size_t i = 0; i < elems; ++i) {
-      const double d = std::fabs(double(c[i]) - double(oracle[i]));
-      err = std::max(err, std::isnan(d) ? INFINITY : d / scale);
-    }
-    const double gflops = flops / s / 1e9;
-    const bool one = step.threads == 1;
-    const double peak = step.peak == Peak::Fma    ? (one ? peak1 : peak_all)
-                        : step.peak == Peak::Bf16 ? (one ? bf16_peak1 : bf16_peak_all)
-                                                  : (one ? amx_peak1 : amx_peak_all);
-    std::printf("%-24s %8d %10.2f %10.1f %7.1f%% %12.2e%s\n", step.name, step.threads, s * 1e3,
-                gflops, 100 * gflops / peak, err, err < 1e-5 ? "" : "  <-- WRONG");
+    Cell cell = timed(step.run, flops, step.peak ? *step.peak : fma, step.threads);
+    // bf16 steps against the bf16 reference; relative to its largest element
+    cell.error = max_error(c, step.peak == nullptr ? want : want_bf16);
+    cell.ok = cell.error.rel < 1e-5;
+    table.row(step.name, step.threads, {cell});
   }
-  return 0;
+  set_num_threads(threads);
+  return table.all_ok() ? 0 : 1;
 }

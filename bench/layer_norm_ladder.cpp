@@ -24,23 +24,20 @@
 // bytes per element); backward reads x and gy and writes gx (12 bytes per element; the
 // column sums read x and gy again in wedge's kernel, which this count does not credit).
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <functional>
 #include <random>
-#include <string>
 #include <vector>
 
 #include "engine/thread_pool.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/tables.h"
+#include "ladder.h"
 
 using namespace wedge;
 using namespace wedge::kernels;
-using i64 = std::int64_t;
+using namespace wedge::ladder;
 
 namespace {
 
@@ -85,40 +82,6 @@ void float_backward(const float* x, const float* gamma, const float* mean, const
   }
 }
 
-// ---- timing and checking ---------------------------------------------------------------------
-
-double seconds_of(const std::function<void()>& f) {
-  double best = 1e30;
-  for (int run = 0; run < 5; ++run) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::min(best, s);
-    if (s > 2.0) break;  // a slow step is timed once or twice
-  }
-  return best;
-}
-
-// Read + write bandwidth of a large copy on `threads` threads: the ceiling of a kernel
-// that streams its operands once.
-double measured_copy_gbs(int threads) {
-  const i64 n = i64{1} << 26;  // 256 MB per buffer
-  std::vector<float> src(static_cast<std::size_t>(n), 1.0f), dst(static_cast<std::size_t>(n), 0.0f);
-  set_num_threads(threads);
-  const double s = seconds_of([&] {
-    parallel_for(0, n, 1 << 20, [&](i64 b, i64 e) {
-      std::memcpy(dst.data() + b, src.data() + b, static_cast<std::size_t>(e - b) * sizeof(float));
-    });
-  });
-  return 2.0 * double(n) * sizeof(float) / s / 1e9;
-}
-
-double max_error(const std::vector<float>& got, const std::vector<double>& want) {
-  double worst = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(double(got[i]) - want[i]));
-  return worst;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -128,11 +91,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int threads = num_threads();
-  const double bw1 = measured_copy_gbs(1), bw_all = measured_copy_gbs(threads);
+  const Ceiling bw = copy_bandwidth();
   std::printf("layer norm over (%lld, %lld), fp32.  %s\n", static_cast<long long>(rows), static_cast<long long>(D),
               cpu_backend_name());
-  std::printf("measured copy bandwidth (read + write): %.1f GB/s on 1 thread, %.1f on %d threads\n\n", bw1, bw_all,
-              threads);
+  bw.print("copy bandwidth (read + write)", "GB/s");
+  std::printf("\n");
 
   const auto n = static_cast<std::size_t>(rows * D);
   std::mt19937 gen(1);
@@ -166,43 +129,41 @@ int main(int argc, char** argv) {
     Forward forward;
     Backward backward;
   };
-  const bool avx512 = std::string(cpu_isa_name()) == "avx512";
   std::vector<Step> steps = {
       {"1 reference (double, scalar)", 1, ref_table_f32().layer_norm_forward, ref_table_f32().layer_norm_backward},
       {"2 float loops, unit stride", 1, float_forward, float_backward},
   };
-  if (avx512) {
+  if (has_avx512()) {
     steps.push_back({"3 avx512 kernel", 1, cpu_table_f32().layer_norm_forward, cpu_table_f32().layer_norm_backward});
     steps.push_back({"4 + all threads", threads, cpu_table_f32().layer_norm_forward, cpu_table_f32().layer_norm_backward});
   } else {
     std::printf("(no AVX-512 on this CPU: steps 3-4 skipped)\n");
   }
 
-  std::printf("%-30s %7s | %9s %7s %8s %9s | %9s %7s %8s %9s\n", "step", "threads", "fwd ms", "GB/s", "% bw",
-              "max err", "bwd ms", "GB/s", "% bw", "max err");
-  bool all_ok = true;
+  Table table({"fwd", "bwd"}, "GB/s", "bw");
+  table.header();
   for (const Step& st : steps) {
-    set_num_threads(st.threads);
-    const double bw = st.threads == 1 ? bw1 : bw_all;
-    const double fs = seconds_of(
-        [&] { st.forward(x.data(), gamma.data(), beta.data(), rows, D, 1e-5f, y.data(), mean.data(), rstd.data()); });
+    Cell fwd = timed(
+        [&] { st.forward(x.data(), gamma.data(), beta.data(), rows, D, 1e-5f, y.data(), mean.data(), rstd.data()); },
+        8.0 * double(n), bw, st.threads);
     // The backward reads the reference statistics, so its error is its own.
     std::vector<float> mean_f(mean_ref.begin(), mean_ref.end()), rstd_f(rstd_ref.begin(), rstd_ref.end());
-    const double bs = seconds_of([&] {
-      st.backward(x.data(), gamma.data(), mean_f.data(), rstd_f.data(), gy.data(), rows, D, gx.data(), gg.data(),
-                  gb.data());
-    });
+    Cell bwd = timed(
+        [&] {
+          st.backward(x.data(), gamma.data(), mean_f.data(), rstd_f.data(), gy.data(), rows, D, gx.data(), gg.data(),
+                      gb.data());
+        },
+        12.0 * double(n), bw, st.threads);
     std::vector<float> params(gg);
     params.insert(params.end(), gb.begin(), gb.end());
-    const double fwd_err = max_error(y, y_ref), bwd_err = std::max(max_error(gx, gx_ref), max_error(params, params_ref));
+    const Error gx_err = max_error(gx, gx_ref), params_err = max_error(params, params_ref);
+    fwd.error = max_error(y, y_ref);
+    bwd.error = worst(gx_err, params_err);
     // float32 against float64: y and gx are O(1); the column sums add `rows` terms.
-    const bool ok = fwd_err < 1e-4 && max_error(gx, gx_ref) < 1e-4 && max_error(params, params_ref) < 1e-6 * double(rows) * 4;
-    all_ok = all_ok && ok;
-    const double fwd_gbs = 8.0 * double(n) / fs / 1e9, bwd_gbs = 12.0 * double(n) / bs / 1e9;
-    std::printf("%-30s %7d | %9.2f %7.1f %7.0f%% %9.1e | %9.2f %7.1f %7.0f%% %9.1e%s\n", st.name, st.threads, fs * 1e3,
-                fwd_gbs, 100 * fwd_gbs / bw, fwd_err, bs * 1e3, bwd_gbs, 100 * bwd_gbs / bw, bwd_err,
-                ok ? "" : "  WRONG");
+    fwd.ok = fwd.error.abs < 1e-4;
+    bwd.ok = gx_err.abs < 1e-4 && params_err.abs < 1e-6 * double(rows) * 4;
+    table.row(st.name, st.threads, {fwd, bwd});
   }
   set_num_threads(threads);
-  return all_ok ? 0 : 1;
+  return table.all_ok() ? 0 : 1;
 }
