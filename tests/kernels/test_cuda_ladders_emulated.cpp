@@ -20,6 +20,7 @@
 #include <vector>
 
 #define WEDGE_CUDA_EMULATE 1
+#include "bench/cuda/layer_norm_ladder.cuh"
 #include "bench/cuda/softmax_ladder.cuh"
 
 namespace {
@@ -72,6 +73,60 @@ TEST_CASE("CUDA ladders (emulated): softmax cross-entropy, every rung on awkward
           CHECK(grad_err <= sm::kTolerance);
         });
       }
+    }
+  }
+}
+
+TEST_CASE("CUDA ladders (emulated): layer norm forward and backward, every rung on awkward shapes") {
+  namespace ln = ladders::layer_norm;
+  const float eps = 1e-5f;
+  struct Shape {
+    int rows, D, chunk_rows;
+  };
+  // Column-sum chunks: the default (one partial chunk for these few rows) and small ones
+  // (several chunks, the last one short) so stage two really adds partials.
+  // Widths 64, 129, 257 and 600 reach each register size of the fused rung (2, 8, 16 and 32
+  // values per lane).
+  const Shape shapes[] = {{1, 1, ln::kChunkRows}, {13, 31, ln::kChunkRows}, {37, 33, 5},
+                          {37, 1000, 8},          {70, 64, ln::kChunkRows}, {21, 129, 4},
+                          {150, 257, 64},         {9, 600, ln::kChunkRows}};
+  for (const Shape& s : shapes) {
+    const std::size_t n = std::size_t(s.rows) * s.D;
+    std::vector<float> x = uniform(n, -2.0f, 2.0f, unsigned(s.rows * 31 + s.D));
+    for (float& v : x) v += 3.0f;  // an offset mean, as activations have
+    const std::vector<float> gy = uniform(n, -1.0f, 1.0f, unsigned(s.rows * 17 + s.D));
+    std::vector<float> gamma = uniform(std::size_t(s.D), -0.1f, 0.1f, 5),
+                       beta = uniform(std::size_t(s.D), -0.1f, 0.1f, 6);
+    for (float& g : gamma) g += 1.0f;
+    std::vector<double> y_ref, mean_ref, rstd_ref, gx_ref, gg_ref, gb_ref;
+    ln::reference_forward(x, gamma, beta, s.rows, s.D, eps, y_ref, mean_ref, rstd_ref);
+    ln::reference_backward(x, gamma, mean_ref, rstd_ref, gy, s.rows, s.D, gx_ref, gg_ref, gb_ref);
+    // The backward reads the reference statistics, so its error is its own.
+    const std::vector<float> mean_f(mean_ref.begin(), mean_ref.end()), rstd_f(rstd_ref.begin(), rstd_ref.end());
+    const std::string shape =
+        std::to_string(s.rows) + " x " + std::to_string(s.D) + ", chunks of " + std::to_string(s.chunk_rows);
+    for (const ln::Rung rung : ln::kRungs) {
+      REQUIRE(ln::supported(rung, s.D));
+      in_both_orders([&](const char* order) {
+        std::vector<float> y(n, kNaN), mean(std::size_t(s.rows), kNaN), rstd(std::size_t(s.rows), kNaN);
+        ln::forward(rung, x.data(), gamma.data(), beta.data(), s.rows, s.D, eps, y.data(), mean.data(), rstd.data());
+        std::vector<float> gx(n, kNaN), gg(std::size_t(s.D), kNaN), gb(std::size_t(s.D), kNaN);
+        std::vector<float> scratch(ln::backward_scratch_floats(rung, s.rows, s.D, s.chunk_rows) + 1, kNaN);
+        ln::backward(rung, x.data(), gamma.data(), mean_f.data(), rstd_f.data(), gy.data(), s.rows, s.D, gx.data(),
+                     gg.data(), gb.data(), scratch.data(), s.chunk_rows);
+        const double y_err = ladders::relative_error(y, y_ref), mean_err = ladders::relative_error(mean, mean_ref),
+                     rstd_err = ladders::relative_error(rstd, rstd_ref), gx_err = ladders::relative_error(gx, gx_ref),
+                     gg_err = ladders::relative_error(gg, gg_ref), gb_err = ladders::relative_error(gb, gb_ref);
+        INFO(label("layer norm", ln::rung_name(rung), shape, order));
+        INFO("errors: y " << y_err << ", mean " << mean_err << ", rstd " << rstd_err << ", gx " << gx_err << ", ggamma "
+                          << gg_err << ", gbeta " << gb_err);
+        CHECK(y_err <= ln::kTolerance);
+        CHECK(mean_err <= ln::kTolerance);
+        CHECK(rstd_err <= ln::kTolerance);
+        CHECK(gx_err <= ln::kTolerance);
+        CHECK(gg_err <= ln::kTolerance);
+        CHECK(gb_err <= ln::kTolerance);
+      });
     }
   }
 }
