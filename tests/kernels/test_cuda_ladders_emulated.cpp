@@ -20,6 +20,7 @@
 #include <vector>
 
 #define WEDGE_CUDA_EMULATE 1
+#include "bench/cuda/attention_ladder.cuh"
 #include "bench/cuda/layer_norm_ladder.cuh"
 #include "bench/cuda/softmax_ladder.cuh"
 
@@ -127,6 +128,35 @@ TEST_CASE("CUDA ladders (emulated): layer norm forward and backward, every rung 
         CHECK(gg_err <= ln::kTolerance);
         CHECK(gb_err <= ln::kTolerance);
       });
+    }
+  }
+}
+
+TEST_CASE("CUDA ladders (emulated): causal attention forward, every rung on awkward shapes") {
+  namespace at = ladders::attention;
+  const int BH = 3;
+  for (const int dh : {64, 20}) {
+    // T = 1; inside the first key tile; one past a tile; inside the second tile; past the
+    // first 64-row query block of the flash rung (its first tiles unmasked, the last not).
+    for (const int T : {1, 17, 33, 45, 70}) {
+      const std::size_t n = std::size_t(BH) * T * dh;
+      const std::vector<float> q = uniform(n, -1.5f, 1.5f, unsigned(T * 3 + dh)),
+                               k = uniform(n, -1.5f, 1.5f, unsigned(T * 5 + dh)),
+                               v = uniform(n, -1.0f, 1.0f, unsigned(T * 7 + dh));
+      std::vector<double> out_ref;
+      at::reference(q, k, v, BH, T, dh, out_ref);
+      for (const at::Rung rung : at::kRungs) {
+        REQUIRE(at::supported(rung, T, dh));
+        in_both_orders([&](const char* order) {
+          std::vector<float> out(n, kNaN);
+          at::run(rung, q.data(), k.data(), v.data(), BH, T, dh, out.data());
+          const double err = ladders::relative_error(out, out_ref);
+          INFO(label("attention", at::rung_name(rung),
+                     std::to_string(BH) + " x " + std::to_string(T) + " x " + std::to_string(dh), order));
+          INFO("error " << err);
+          CHECK(err <= at::kTolerance);
+        });
+      }
     }
   }
 }
