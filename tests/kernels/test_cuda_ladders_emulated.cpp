@@ -6,7 +6,8 @@
 // that end inside a tile), against the ladder's own float64 reference, with the threads of
 // a block scheduled first-to-last and then last-to-first (a shared-memory read not ordered
 // after its write by a barrier fails one of them). Outputs start as NaN, so an element a
-// rung forgets to write fails too.
+// rung forgets to write fails too. The references themselves are checked against the
+// engine's reference kernels.
 //
 // The emulation runs every thread as a fiber: the shapes are kept small so the whole file
 // takes a few seconds.
@@ -18,6 +19,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include "kernels/tables.h"
 
 #define WEDGE_CUDA_EMULATE 1
 #include "bench/cuda/attention_ladder.cuh"
@@ -158,5 +161,68 @@ TEST_CASE("CUDA ladders (emulated): causal attention forward, every rung on awkw
         });
       }
     }
+  }
+}
+
+// The oracles above are the ladders' own float64 loops; here they meet the engine's
+// reference kernels (kernels/ref, in double) on one shape each.
+TEST_CASE("CUDA ladders: the ladders' float64 references agree with the engine's reference kernels") {
+  const wedge::kernels::KernelTable<double>& ref = wedge::kernels::ref_table_f64();
+  using wedge::kernels::i64;
+  auto max_diff = [](const std::vector<double>& a, const std::vector<double>& b) {
+    double worst = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+    return worst;
+  };
+
+  SUBCASE("softmax cross-entropy") {
+    const int rows = 5, V = 77;
+    const std::vector<float> x = uniform(std::size_t(rows) * V, -4.0f, 4.0f, 11);
+    std::vector<int> targets = {0, 76, 3, 40, 12};
+    std::vector<double> loss, grad;
+    ladders::softmax_ce::reference(x, targets, rows, V, loss, grad);
+    const std::vector<double> xd(x.begin(), x.end());
+    std::vector<double> lse(static_cast<std::size_t>(rows)), glogits(xd.size());
+    double mean_loss = 0, count = 0, gloss = 1;
+    ref.cross_entropy_forward(xd.data(), targets.data(), rows, V, -100, lse.data(), &mean_loss, &count);
+    ref.cross_entropy_backward(xd.data(), targets.data(), lse.data(), &count, &gloss, rows, V, -100, glogits.data());
+    double ladder_mean = 0;
+    for (double l : loss) ladder_mean += l / rows;
+    CHECK(std::fabs(ladder_mean - mean_loss) < 1e-12);
+    for (double& g : grad) g /= rows;  // the engine's gradient is of the mean loss
+    CHECK(max_diff(grad, glogits) < 1e-12);
+  }
+  SUBCASE("layer norm") {
+    const int rows = 6, D = 45;
+    const std::vector<float> x = uniform(std::size_t(rows) * D, -2.0f, 2.0f, 12),
+                             gy = uniform(std::size_t(rows) * D, -1.0f, 1.0f, 13),
+                             gamma = uniform(std::size_t(D), 0.5f, 1.5f, 14), beta = uniform(std::size_t(D), -1, 1, 15);
+    std::vector<double> y, mean, rstd, gx, gg, gb;
+    ladders::layer_norm::reference_forward(x, gamma, beta, rows, D, 1e-5, y, mean, rstd);
+    ladders::layer_norm::reference_backward(x, gamma, mean, rstd, gy, rows, D, gx, gg, gb);
+    const std::vector<double> xd(x.begin(), x.end()), gyd(gy.begin(), gy.end()), gd(gamma.begin(), gamma.end()),
+        bd(beta.begin(), beta.end());
+    std::vector<double> y2(y.size()), mean2(mean.size()), rstd2(rstd.size()), gx2(gx.size()), gg2(gg.size()),
+        gb2(gb.size());
+    ref.layer_norm_forward(xd.data(), gd.data(), bd.data(), rows, D, 1e-5, y2.data(), mean2.data(), rstd2.data());
+    ref.layer_norm_backward(xd.data(), gd.data(), mean2.data(), rstd2.data(), gyd.data(), rows, D, gx2.data(),
+                            gg2.data(), gb2.data());
+    CHECK(max_diff(y, y2) < 1e-12);
+    CHECK(max_diff(gx, gx2) < 1e-12);
+    CHECK(max_diff(gg, gg2) < 1e-12);
+    CHECK(max_diff(gb, gb2) < 1e-12);
+  }
+  SUBCASE("causal attention") {
+    const int BH = 2, T = 19, dh = 12;
+    const std::size_t n = std::size_t(BH) * T * dh;
+    const std::vector<float> q = uniform(n, -1.5f, 1.5f, 16), k = uniform(n, -1.5f, 1.5f, 17),
+                             v = uniform(n, -1.0f, 1.0f, 18);
+    std::vector<double> out;
+    ladders::attention::reference(q, k, v, BH, T, dh, out);
+    const std::vector<double> qd(q.begin(), q.end()), kd(k.begin(), k.end()), vd(v.begin(), v.end());
+    std::vector<double> out2(n), lse(std::size_t(BH) * T);
+    ref.attention_forward(qd.data(), kd.data(), vd.data(), BH, T, dh, 1.0 / std::sqrt(double(dh)), true, out2.data(),
+                          lse.data());
+    CHECK(max_diff(out, out2) < 1e-12);
   }
 }
