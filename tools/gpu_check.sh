@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks in one go, for a machine with an NVIDIA GPU (e.g. an H200): builds with
 # CUDA, runs the whole test suite (the CUDA parity and training tests run when a device is
-# present, the bf16 GEMM among them), the CUDA GEMM ladder against cuBLAS, the causality
+# present, the bf16 GEMM among them), the CUDA teaching ladders (GEMM against cuBLAS;
+# softmax cross-entropy, layer norm and causal attention against float64), the causality
 # audit on the GPU, the paper models' steps in fp32 and bf16, and the training-step
 # comparison with PyTorch on the same GPU. Logs go to $OUT (default gpu-logs/).
 #
@@ -17,6 +18,9 @@ ctest --test-dir build-gpu --output-on-failure > "$OUT/ctest.log" 2>&1
 build-gpu/test_kernels -tc="*CUDA*,*cuda*" -s > "$OUT/cuda_parity.log" 2>&1
 build-gpu/test_tools -tc="CUDA*" -s > "$OUT/cuda_training.log" 2>&1
 build-gpu/bench/cuda_gemm_ladder > "$OUT/cuda_gemm_ladder.log" 2>&1
+build-gpu/bench/cuda_softmax_ladder > "$OUT/cuda_softmax_ladder.log" 2>&1
+build-gpu/bench/cuda_layer_norm_ladder > "$OUT/cuda_layer_norm_ladder.log" 2>&1
+build-gpu/bench/cuda_attention_ladder > "$OUT/cuda_attention_ladder.log" 2>&1
 for m in transformer grassmann sheaf; do
   build-gpu/wedge audit-causal --model $m --device cuda > "$OUT/audit_$m.log" 2>&1
 done
