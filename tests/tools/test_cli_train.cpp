@@ -301,7 +301,9 @@ TEST_CASE("divergence: a run at --lr 100 stops with a message and status 1; no c
   const std::string out = temp_dir("lr100");
   const Run r = run("train --out " + out + " --lr 100 --max-steps 60 --eval-every 20");
   CHECK(WEXITSTATUS(r.status) == 1);
-  CHECK(r.out.find("the run diverged") != std::string::npos);
+  // Which check stops it first depends on the kernels' rounding: a non-finite training loss,
+  // or a validation perplexity past any sane bound.
+  CHECK((r.out.find("the run diverged") != std::string::npos || r.out.find("the loss became") != std::string::npos));
   CHECK(r.out.find("The last good checkpoint is") != std::string::npos);
   const Run e = run("eval --run " + out);
   CHECK(WEXITSTATUS(e.status) == 1);  // nothing to evaluate: an error, never "perplexity nan"
