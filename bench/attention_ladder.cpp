@@ -302,12 +302,7 @@ int main(int argc, char** argv) {
 
   using Forward = decltype(KernelTable<float>::attention_forward);
   using Backward = decltype(KernelTable<float>::attention_backward);
-  struct Step {
-    const char* name;
-    int threads;
-    Forward forward;
-    Backward backward;
-  };
+  using Step = PairStep<Forward, Backward>;
   std::vector<Step> steps = {
       {"1 reference (double, scalar)", 1, ref_table_f32().attention_forward, ref_table_f32().attention_backward},
       {"2 float loops, full T x T", 1, LADDER_PICK(full_forward), LADDER_PICK(full_backward)},

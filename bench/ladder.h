@@ -264,4 +264,14 @@ class Table {
   bool all_ok_ = true;
 };
 
+// One step of a ladder with a forward and a backward kernel: its name in the table, the
+// threads it runs on, and the two kernels.
+template <typename Forward, typename Backward>
+struct PairStep {
+  const char* name;
+  int threads;
+  Forward forward;
+  Backward backward;
+};
+
 }  // namespace wedge::ladder

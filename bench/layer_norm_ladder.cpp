@@ -123,12 +123,7 @@ int main(int argc, char** argv) {
   using Forward = void (*)(const float*, const float*, const float*, i64, i64, float, float*, float*, float*);
   using Backward = void (*)(const float*, const float*, const float*, const float*, const float*, i64, i64, float*,
                             float*, float*);
-  struct Step {
-    const char* name;
-    int threads;
-    Forward forward;
-    Backward backward;
-  };
+  using Step = PairStep<Forward, Backward>;
   std::vector<Step> steps = {
       {"1 reference (double, scalar)", 1, ref_table_f32().layer_norm_forward, ref_table_f32().layer_norm_backward},
       {"2 float loops, unit stride", 1, float_forward, float_backward},

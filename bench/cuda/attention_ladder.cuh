@@ -33,21 +33,9 @@
 
 namespace wedge::WEDGE_LADDER_NS::attention {
 
-enum class Rung { naive, shared, warp, fused };
-constexpr Rung kRungs[] = {Rung::naive, Rung::shared, Rung::warp, Rung::fused};
-inline const char* rung_name(Rung r) {
-  switch (r) {
-    case Rung::naive:
-      return "1 naive (thread/row)";
-    case Rung::shared:
-      return "2 shared-memory tree";
-    case Rung::warp:
-      return "3 warp shuffles";
-    case Rung::fused:
-      return "4 flash (fused)";
-  }
-  return "?";
-}
+using ::wedge::WEDGE_LADDER_NS::kRungs;
+using ::wedge::WEDGE_LADDER_NS::Rung;
+inline const char* rung_name(Rung r) { return rung_label(r, "4 flash (fused)"); }
 
 constexpr int kMaxDh = 64;
 constexpr std::size_t kMaxDynamicShared = 48 * 1024;

@@ -29,14 +29,13 @@
 #include <string>
 #include <vector>
 
+#include "ladder.cuh"
+
 namespace {
 
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) {
-    std::fprintf(stderr, "gemm_ladder: %s: %s\n", what, cudaGetErrorString(status));
-    std::exit(2);
-  }
-}
+using wedge::ladders::check;
+using wedge::ladders::time_ms;
+
 void check(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS) {
     std::fprintf(stderr, "gemm_ladder: %s: cuBLAS status %d\n", what, static_cast<int>(status));
@@ -203,30 +202,6 @@ struct Shape {
   const char* what;
 };
 
-// Milliseconds per call: one warm-up, then enough repetitions for ~0.2 s (at most 50).
-float time_ms(const std::function<void()>& run) {
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
-  run();
-  check(cudaEventRecord(start), "cudaEventRecord");
-  run();
-  check(cudaEventRecord(stop), "cudaEventRecord");
-  check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-  float once = 0;
-  check(cudaEventElapsedTime(&once, start, stop), "cudaEventElapsedTime");
-  const int reps = std::clamp(static_cast<int>(200.0f / std::max(once, 1e-3f)), 1, 50);
-  check(cudaEventRecord(start), "cudaEventRecord");
-  for (int r = 0; r < reps; ++r) run();
-  check(cudaEventRecord(stop), "cudaEventRecord");
-  check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-  float total = 0;
-  check(cudaEventElapsedTime(&total, start, stop), "cudaEventElapsedTime");
-  check(cudaGetLastError(), "kernel launch");
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return total / static_cast<float>(reps);
-}
 
 // Largest |got - ref| relative to the largest |ref|: one number per result.
 double relative_error(const std::vector<float>& got, const std::vector<float>& ref) {

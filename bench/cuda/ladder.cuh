@@ -63,6 +63,24 @@ using ::wedge::emu::dim3;
 #endif
 
 constexpr unsigned kFullMask = 0xffffffffu;
+
+// The four rungs every ladder of this folder climbs, in order, and their names in the
+// tables (the last one named by each ladder: what "fused" means differs).
+enum class Rung { naive, shared, warp, fused };
+constexpr Rung kRungs[] = {Rung::naive, Rung::shared, Rung::warp, Rung::fused};
+inline const char* rung_label(Rung r, const char* fused) {
+  switch (r) {
+    case Rung::naive:
+      return "1 naive (thread/row)";
+    case Rung::shared:
+      return "2 shared-memory tree";
+    case Rung::warp:
+      return "3 warp shuffles";
+    case Rung::fused:
+      return fused;
+  }
+  return "?";
+}
 constexpr int kMaxBlockThreads = 1024;
 
 __host__ __device__ __forceinline__ int ceil_div(long long a, long long b) { return static_cast<int>((a + b - 1) / b); }
@@ -138,7 +156,7 @@ inline void check(cudaError_t status, const char* what) {
   }
 }
 
-// Milliseconds per call, as bench/cuda/gemm_ladder.cu times: one warm-up, then enough
+// Milliseconds per call (every CUDA ladder, the GEMM one included): one warm-up, then enough
 // repetitions for ~0.2 s (at most 50), between two CUDA events on the default stream.
 inline float time_ms(const std::function<void()>& run) {
   cudaEvent_t start, stop;

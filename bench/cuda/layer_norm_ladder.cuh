@@ -38,21 +38,9 @@
 
 namespace wedge::WEDGE_LADDER_NS::layer_norm {
 
-enum class Rung { naive, shared, warp, fused };
-constexpr Rung kRungs[] = {Rung::naive, Rung::shared, Rung::warp, Rung::fused};
-inline const char* rung_name(Rung r) {
-  switch (r) {
-    case Rung::naive:
-      return "1 naive (thread/row)";
-    case Rung::shared:
-      return "2 shared-memory tree";
-    case Rung::warp:
-      return "3 warp shuffles";
-    case Rung::fused:
-      return "4 fused, registers";
-  }
-  return "?";
-}
+using ::wedge::WEDGE_LADDER_NS::kRungs;
+using ::wedge::WEDGE_LADDER_NS::Rung;
+inline const char* rung_name(Rung r) { return rung_label(r, "4 fused, registers"); }
 constexpr int kMaxFusedD = 1024;
 inline bool supported(Rung r, int D) { return r != Rung::fused || D <= kMaxFusedD; }
 
@@ -158,6 +146,23 @@ __global__ void input_grad_shared_kernel(const float* x, const float* gamma, con
 // the chunk in column tile * 32 + tx (a warp reads 32 consecutive floats of a row), then
 // the 8 row phases are folded by a shared-memory tree.
 constexpr int kColumnX = 32, kColumnY = 8;
+
+// Both column stages end alike: each thread's two sums go to its phase slot, and the Y
+// phases of every column are folded by a shared-memory tree into phase row 0.
+template <int Y>
+__device__ __forceinline__ void fold_phases(float (&phase_gamma)[Y][kColumnX], float (&phase_beta)[Y][kColumnX],
+                                            float acc_gamma, float acc_beta, int tx, int ty) {
+  phase_gamma[ty][tx] = acc_gamma;
+  phase_beta[ty][tx] = acc_beta;
+  __syncthreads();
+  for (int half = Y / 2; half > 0; half /= 2) {
+    if (ty < half) {
+      phase_gamma[ty][tx] += phase_gamma[ty + half][tx];
+      phase_beta[ty][tx] += phase_beta[ty + half][tx];
+    }
+    __syncthreads();
+  }
+}
 __global__ void column_partials_kernel(const float* x, const float* mean, const float* rstd, const float* gy, int rows,
                                        int D, int chunk_rows, float* gamma_part, float* beta_part) {
   __shared__ float phase_gamma[kColumnY][kColumnX];
@@ -174,16 +179,7 @@ __global__ void column_partials_kernel(const float* x, const float* mean, const 
       acc_beta += g;
     }
   }
-  phase_gamma[ty][tx] = acc_gamma;
-  phase_beta[ty][tx] = acc_beta;
-  __syncthreads();
-  for (int half = kColumnY / 2; half > 0; half /= 2) {
-    if (ty < half) {
-      phase_gamma[ty][tx] += phase_gamma[ty + half][tx];
-      phase_beta[ty][tx] += phase_beta[ty + half][tx];
-    }
-    __syncthreads();
-  }
+  fold_phases<kColumnY>(phase_gamma, phase_beta, acc_gamma, acc_beta, tx, ty);
   if (ty == 0 && d < D) {
     gamma_part[std::size_t(chunk) * D + d] = phase_gamma[0][tx];
     beta_part[std::size_t(chunk) * D + d] = phase_beta[0][tx];
@@ -206,16 +202,7 @@ __global__ void column_finish_kernel(const float* gamma_part, const float* beta_
       acc_beta += beta_part[std::size_t(p) * D + d];
     }
   }
-  phase_gamma[ty][tx] = acc_gamma;
-  phase_beta[ty][tx] = acc_beta;
-  __syncthreads();
-  for (int half = kFinishY / 2; half > 0; half /= 2) {
-    if (ty < half) {
-      phase_gamma[ty][tx] += phase_gamma[ty + half][tx];
-      phase_beta[ty][tx] += phase_beta[ty + half][tx];
-    }
-    __syncthreads();
-  }
+  fold_phases<kFinishY>(phase_gamma, phase_beta, acc_gamma, acc_beta, tx, ty);
   if (ty == 0 && d < D) {
     ggamma[d] = phase_gamma[0][tx];
     gbeta[d] = phase_beta[0][tx];
