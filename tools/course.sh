@@ -13,13 +13,13 @@
 #   tools/course.sh list           the exercises, in order, with the files that hold them
 #   tools/course.sh make DIR       the student tree (DIR must not exist)
 #   tools/course.sh check          every region well formed, every exercise graded
-#   tools/course.sh walk BUILD     (CI) that the course works, in BUILD, a built tree of
-#                                  this checkout: see "walk" below
+#   tools/course.sh walk BUILD     (CI) the student tree compiles, and each exercise's
+#                                  tests fail at its own stub; BUILD: a build of this tree
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 usage() {
-  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
   exit "${1:-0}"
 }
 
@@ -99,7 +99,7 @@ compile_command() {
 
 case "${1:-}" in
   list)
-    regions | awk -F'\t' '{ if ($1 != last) printf "%s  %s\n", $1, $2; printf "      %s\n", $3; last = $1 }'
+    regions | awk -F'\t' '{ if ($1 != last) printf "%s  %s\n", $1, $2; if ($1 != last || $3 != file) printf "      %s\n", $3; last = $1; file = $3 }'
     ;;
   check)
     status=0
