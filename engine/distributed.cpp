@@ -10,6 +10,9 @@
 #include <fmt/core.h>
 
 #ifdef WEDGE_HAVE_MPI
+// The C API only: the deprecated C++ bindings would come with their own warnings.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 #endif
 
@@ -60,6 +63,13 @@ bool mpi_built() {
 }
 
 bool launched_by_mpi() { return launcher_size() > 0; }
+
+int ranks_on_this_machine() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') return std::max(1, std::atoi(v));
+  }
+  return 1;
+}
 
 namespace {
 const Communicator* g_world = nullptr;

@@ -22,6 +22,10 @@ bool mpi_built();
 // has (Open MPI's OMPI_COMM_WORLD_SIZE, PMIx's PMIX_RANK, MPICH's PMI_SIZE).
 bool launched_by_mpi();
 
+// How many ranks of the job share this machine, as the launcher says (Open MPI's
+// OMPI_COMM_WORLD_LOCAL_SIZE, MPICH's MPI_LOCALNRANKS); 1 when it does not say.
+int ranks_on_this_machine();
+
 class Communicator {
  public:
   // The job's communicator. Its first use initialises MPI when the process was launched by

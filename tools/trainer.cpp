@@ -5,12 +5,14 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <span>
 #include <stdexcept>
+#include <thread>
 
 #include <fmt/core.h>
 
@@ -365,6 +367,11 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   // Under mpirun: this process is one rank of a data-parallel run; otherwise the only one.
   const dist::Communicator& comm = dist::Communicator::world();
   if (!st.resume) check_batch_split(st, comm, "");
+  // "All cores" for each of several ranks on one machine would put k ranks x all cores on
+  // its cores; without --threads or WEDGE_NUM_THREADS each rank takes its share instead.
+  if (st.threads == 0 && comm.distributed() && std::getenv("WEDGE_NUM_THREADS") == nullptr &&
+      dist::ranks_on_this_machine() > 1)
+    set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / dist::ranks_on_this_machine()));
 
   models::LMConfig config = config_in;
   // Rank 0 alone owns the run folder (its lock, config, metrics and checkpoints); the other
@@ -486,9 +493,9 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
       for (auto& [name, t] : moments) t = t.clone();
       opt.load_state(moments, step);
     }
-    say(fmt::format("ranks: {} processes (MPI), each computing {} rows of every batch of {}; gradients summed over them "
-                    "before each update",
-                    comm.size(), st.batch / comm.size(), st.batch));
+    say(fmt::format("ranks: {} processes (MPI), each computing {} rows of every batch of {} on {} threads; gradients "
+                    "summed over them before each update",
+                    comm.size(), st.batch / comm.size(), st.batch, num_threads()));
   }
 
   auto save_checkpoint = [&](const std::string& name, bool with_optimizer) {
