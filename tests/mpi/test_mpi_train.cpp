@@ -133,7 +133,7 @@ TEST_CASE("a --batch that the ranks cannot share evenly is one clear error, befo
   fs::remove_all(out);
 }
 
-TEST_CASE("a checkpoint written by 2 ranks resumes in 1 process and finishes as one process would") {
+TEST_CASE("a checkpoint written by 2 ranks resumes in 1 process, and one written by 1 process on 2 ranks") {
   const std::string args = "--model transformer " + kTiny;
   const std::string single = fresh("whole"), split = fresh("split");
   REQUIRE(one("train " + args + " --out " + single).status == 0);
@@ -145,8 +145,17 @@ TEST_CASE("a checkpoint written by 2 ranks resumes in 1 process and finishes as 
   CHECK(second.out.find("resumed from") != std::string::npos);
   check_close(read_metrics(single).losses, read_metrics(split).losses, "loss");
   CHECK(max_weight_difference(single + "/last.safetensors", split + "/last.safetensors") <= kWeightTolerance);
-  fs::remove_all(single);
-  fs::remove_all(split);
+  // The other way round: 1 process first, then 2 ranks, with dropout on (its stream's state
+  // travels from rank 0 to rank 1 with the checkpoint's).
+  const std::string with_dropout = args + " --dropout 0.1", whole = fresh("whole_dropout"), joined = fresh("joined");
+  REQUIRE(one("train " + with_dropout + " --out " + whole).status == 0);
+  REQUIRE(one("train " + with_dropout + " --stop-after 7 --out " + joined).status == 0);
+  const ShellRun grown = ranks(2, "train --resume --json --out " + joined);
+  REQUIRE_MESSAGE(grown.status == 0, grown.out);
+  CHECK(grown.out.find("ranks: 2 processes") != std::string::npos);
+  check_close(read_metrics(whole).losses, read_metrics(joined).losses, "loss");
+  CHECK(max_weight_difference(whole + "/last.safetensors", joined + "/last.safetensors") <= kWeightTolerance);
+  for (const std::string& dir : {single, split, whole, joined}) fs::remove_all(dir);
 }
 
 TEST_CASE("an epoch's short last batch may leave a rank no rows: it still joins every update") {
