@@ -613,7 +613,9 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     const data::LmBatch whole = batcher.train_batch(order, static_cast<std::size_t>(step % per_epoch));
     // This rank's rows of the batch (all of them in one process). Its loss is scaled by its
     // share of the batch's predicted tokens, so that the ranks' losses, and so their
-    // gradients, sum to the loss one process would compute over the whole batch.
+    // gradients, sum to the loss one process would compute over the whole batch. (A model's
+    // auxiliary loss is scaled alike, which is exact only for a mean over rows: SheafStateLM's
+    // expert balance is not one, so that model follows one process only approximately.)
     const RowSlice slice = row_slice(whole.rows, comm);
     const data::LmBatch b = slice_batch(whole, slice.first, slice.rows);
     const double loss_share = static_cast<double>(b.predicted_tokens) / static_cast<double>(whole.predicted_tokens);
