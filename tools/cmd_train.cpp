@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/autograd.h"
+#include "engine/distributed.h"
 #include "engine/json_field.h"
 #include "engine/optim.h"
 #include "engine/thread_pool.h"
@@ -83,6 +84,8 @@ void train_nli_task(const CLI::App* cmd, const ModelFlags& flags, const TrainSet
     throw CLI::ValidationError("--vocab-size", "--task nli takes its vocabulary from --vocab FILE");
   if (!st.corpus.data.empty() && st.corpus.data != "snli")
     throw CLI::ValidationError("--data", "--task nli reads SNLI (give --data-dir the SNLI folder)");
+  if (dist::Communicator::world().distributed())
+    throw std::invalid_argument("--task nli trains in one process; it does not run under mpirun yet");
   const models::NliConfig config = nli_config(cmd, flags, nf);
   NliSettings s;
   s.data_dir = st.corpus.data_dir;
@@ -185,6 +188,7 @@ void register_train(CLI::App& app) {
     st->block = cfg.block;
     st->seed = cfg.seed;
     TrainResult r = train(cfg, *st);
+    if (!dist::Communicator::world().is_root()) return;  // rank 0 reports a data-parallel run
     if (synthetic && !st->json && !r.interrupted) {
       LoadedRun run = load_run(st->out, "best");
       CorpusSpec spec = st->corpus;

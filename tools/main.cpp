@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include "engine/distributed.h"
 #include "engine/text_escape.h"
 #include "kernels/tables.h"
 #include "tools/commands.h"
@@ -52,11 +53,16 @@ int main(int argc, char** argv) {
     return 1;
   } catch (const std::exception& e) {
     // A message may quote bytes of a damaged file (a JSON parser's "last read: ..."): the
-    // terminal gets them escaped, never raw.
+    // terminal gets them escaped, never raw. Under mpirun every rank that fails says so;
+    // the other ranks' lines name their rank. Exiting without finalising MPI makes the
+    // launcher end the whole job rather than leave the other ranks waiting.
     std::fflush(stdout);
-    fmt::print(stderr, "error: {}\n", wedge::printable(e.what()));
+    const wedge::dist::Communicator* comm = wedge::dist::Communicator::started();
+    const std::string rank = comm != nullptr && !comm->is_root() ? fmt::format("rank {}: ", comm->rank()) : "";
+    fmt::print(stderr, "error: {}{}\n", rank, wedge::printable(e.what()));
     return 1;
   }
+  wedge::dist::Communicator::finalize();
   // A training stopped by Ctrl-C has checkpointed and said so; the status tells scripts.
   return wedge::tools::interrupt_requested() ? wedge::tools::kInterruptedExitStatus : 0;
 }

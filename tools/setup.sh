@@ -9,8 +9,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR="${BUILD_DIR:-build}"
 
+# Open MPI is optional to the build (without it there is no `mpirun -np N wedge train`); it
+# is installed so that data-parallel training and its tests are there by default.
 packages=(build-essential cmake pkg-config libopenblas-dev libfmt-dev doctest-dev
-          libbenchmark-dev libcli11-dev nlohmann-json3-dev libutf8proc-dev)
+          libbenchmark-dev libcli11-dev nlohmann-json3-dev libutf8proc-dev
+          openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -5,13 +5,19 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <span>
 #include <stdexcept>
+#include <thread>
 
 #include <fmt/core.h>
 
 #include "engine/autograd.h"
+#include "engine/distributed.h"
 #include "engine/json_field.h"
 #include "engine/optim.h"
 #include "engine/rng.h"
@@ -164,7 +170,7 @@ std::string dependency_summary(const nlohmann::json& d) {
 }
 
 EvalResult evaluate(models::LanguageModel& model, const std::vector<std::int32_t>& stream, std::int64_t block,
-                    std::int64_t batch, const std::vector<data::DependencyProbe>& probes) {
+                    std::int64_t batch, const std::vector<data::DependencyProbe>& probes, const dist::Communicator* comm) {
   if (batch < 1) throw std::invalid_argument(fmt::format("evaluation: --batch is {}; it must be at least 1", batch));
   if (block < 1) throw std::invalid_argument(fmt::format("evaluation: the block is {}; it must be at least 1", block));
   if (stream.size() < 2)
@@ -180,7 +186,10 @@ EvalResult evaluate(models::LanguageModel& model, const std::vector<std::int32_t
   data::DependencyTally tally(block);
   GluingTally gluing;
   const auto* sheaf = dynamic_cast<const models::SheafStateLM*>(&model);
+  const bool split = comm != nullptr && comm->distributed() && probes.empty();
+  const auto ranks = static_cast<std::size_t>(split ? comm->size() : 1), me = static_cast<std::size_t>(split ? comm->rank() : 0);
   for (std::size_t i = 0; i < batcher.eval_batches(); ++i) {
+    if (i % ranks != me) continue;
     const data::LmBatch b = batcher.eval_batch(i);
     const auto rows = static_cast<std::int64_t>(b.rows), L = static_cast<std::int64_t>(b.block);
     Tensor logits = model.forward(Tensor::from_vector(b.inputs, {rows, L}).to(device));
@@ -192,6 +201,26 @@ EvalResult evaluate(models::LanguageModel& model, const std::vector<std::int32_t
     accumulate_diagnostics(r.diagnostics, model.diagnostics());
   }
   model.train(was_training);
+  if (split) {
+    // Each rank's sums, gathered and added in rank order: the same on every rank. The two
+    // numbers travel as bytes (JSON would turn a NaN sum into null), the diagnostics as JSON.
+    std::string mine(sizeof nll_sum + sizeof r.tokens, '\0');
+    std::memcpy(mine.data(), &nll_sum, sizeof nll_sum);
+    std::memcpy(mine.data() + sizeof nll_sum, &r.tokens, sizeof r.tokens);
+    mine += r.diagnostics.dump();
+    nll_sum = 0;
+    r.tokens = 0;
+    r.diagnostics = nlohmann::json::object();
+    for (const std::string& part : comm->all_gather(mine)) {
+      double nll = 0;
+      std::int64_t tokens = 0;
+      std::memcpy(&nll, part.data(), sizeof nll);
+      std::memcpy(&tokens, part.data() + sizeof nll, sizeof tokens);
+      nll_sum += nll;
+      r.tokens += tokens;
+      accumulate_diagnostics(r.diagnostics, nlohmann::json::parse(part.substr(sizeof nll + sizeof tokens)));
+    }
+  }
   average_diagnostics(r.diagnostics, batcher.eval_batches());
   r.nll = nll_sum / static_cast<double>(r.tokens);
   r.ppl = std::exp(r.nll);
@@ -228,6 +257,88 @@ void adopt_recorded_settings(TrainSettings& st, const nlohmann::json& t, const T
   st.precision = json_field(t, "precision", std::string("fp32"));
 }
 
+// Data parallelism: every rank takes an equal share of each batch's rows.
+void check_batch_split(const TrainSettings& st, const dist::Communicator& comm, const std::string& config_file) {
+  if (!comm.distributed() || st.batch % comm.size() == 0) return;
+  const std::string name = config_file.empty() ? std::string("--batch") : config_file + ": train.batch";
+  throw std::invalid_argument(fmt::format("{} is {}, not divisible by the {} processes of this run: each process takes an "
+                                          "equal slice of every batch (--batch is the whole batch, over all processes)",
+                                          name, st.batch, comm.size()));
+}
+
+// A tensor's values from rank 0 on every rank (in place).
+void broadcast_tensor(const dist::Communicator& comm, Tensor& t) {
+  Tensor host = t.to(Device::cpu()).contiguous();
+  comm.broadcast(host.raw_data(), static_cast<std::size_t>(host.numel()) * dtype_size(host.dtype()));
+  if (!comm.is_root() && !host.same(t)) t.copy_(host.to(t.device()));
+}
+
+// Sums every parameter's gradient over the ranks (in float32, in rank order, so every rank
+// ends with the same bits and applies the same update). A parameter that no rank reached
+// keeps no gradient, as in one process, so the optimizer skips it there too; one that some
+// rank reached gets the sum, a rank without a gradient for it adding zeros.
+void all_reduce_gradients(const dist::Communicator& comm, const Module& model) {
+  if (!comm.distributed()) return;
+  const std::vector<Tensor> params = model.parameters();
+  std::size_t total = params.size();  // one "has a gradient" flag per parameter, after the values
+  for (const Tensor& p : params) total += static_cast<std::size_t>(p.numel());
+  std::vector<float> flat(total, 0.0f);
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const Tensor g = params[i].grad();
+    if (g.defined()) {
+      const std::vector<float> v = g.to(Device::cpu()).to(DType::F32).to_vector<float>();
+      std::copy(v.begin(), v.end(), flat.begin() + static_cast<std::ptrdiff_t>(at));
+      flat[total - params.size() + i] = 1.0f;
+    }
+    at += static_cast<std::size_t>(params[i].numel());
+  }
+  comm.all_reduce_sum(flat);
+  at = 0;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    Tensor p = params[i];
+    const auto n = static_cast<std::ptrdiff_t>(p.numel());
+    if (flat[total - params.size() + i] > 0) {
+      std::vector<float> v(flat.begin() + static_cast<std::ptrdiff_t>(at), flat.begin() + static_cast<std::ptrdiff_t>(at) + n);
+      p.set_grad(Tensor::from_vector(v, p.shape()).to(p.dtype()).to(p.device()));
+    }
+    at += static_cast<std::size_t>(n);
+  }
+}
+
+// A rank's contiguous slice of a batch's rows: batch / N rows each; an epoch's short last
+// batch gives ceil(rows / N) to each rank from rank 0 on, so the last ranks may get none.
+struct RowSlice {
+  std::size_t first = 0, rows = 0;
+  bool some_rank_idle = false;
+};
+RowSlice row_slice(std::size_t rows, const dist::Communicator& comm) {
+  const auto n = static_cast<std::size_t>(comm.size()), r = static_cast<std::size_t>(comm.rank());
+  const std::size_t chunk = (rows + n - 1) / n;
+  RowSlice s;
+  s.first = std::min(rows, r * chunk);
+  s.rows = std::min(rows, s.first + chunk) - s.first;
+  s.some_rank_idle = chunk * (n - 1) >= rows;
+  return s;
+}
+
+// Rows [first, first + count) of a batch.
+data::LmBatch slice_batch(const data::LmBatch& b, std::size_t first, std::size_t count) {
+  if (first == 0 && count == b.rows) return b;
+  data::LmBatch s;
+  s.rows = count;
+  s.block = b.block;
+  const auto from = static_cast<std::ptrdiff_t>(first * b.block), to = static_cast<std::ptrdiff_t>((first + count) * b.block);
+  s.inputs.assign(b.inputs.begin() + from, b.inputs.begin() + to);
+  s.targets.assign(b.targets.begin() + from, b.targets.begin() + to);
+  for (std::size_t r = first; r < first + count; ++r) {
+    s.lengths.push_back(b.lengths[r]);
+    s.block_ids.push_back(b.block_ids[r]);
+    s.predicted_tokens += b.lengths[r];
+  }
+  return s;
+}
+
 }  // namespace
 
 void TrainSettings::validate(const std::string& config_file) const {
@@ -253,25 +364,42 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   st.validate("");
   if (st.threads > 0) set_num_threads(st.threads);
   const std::string out = st.out;
+  // Under mpirun: this process is one rank of a data-parallel run; otherwise the only one.
+  const dist::Communicator& comm = dist::Communicator::world();
+  if (!st.resume) check_batch_split(st, comm, "");
+  // "All cores" for each of several ranks on one machine would put k ranks x all cores on
+  // its cores; without --threads or WEDGE_NUM_THREADS each rank takes its share instead.
+  if (st.threads == 0 && comm.distributed() && std::getenv("WEDGE_NUM_THREADS") == nullptr &&
+      dist::ranks_on_this_machine() > 1)
+    set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / dist::ranks_on_this_machine()));
 
   models::LMConfig config = config_in;
-  RunFolder run = st.resume ? RunFolder::resume(out)
-                            : RunFolder::create(out, st.overwrite, ", or continue it with `wedge train --resume --out " + out + "`");
+  // Rank 0 alone owns the run folder (its lock, config, metrics and checkpoints); the other
+  // ranks learn a resumed run's config and state from rank 0, so they need no shared disk.
+  std::optional<RunFolder> run;
+  if (comm.is_root())
+    run.emplace(st.resume ? RunFolder::resume(out)
+                          : RunFolder::create(out, st.overwrite, ", or continue it with `wedge train --resume --out " + out + "`"));
+  const std::string config_path = out + "/config.json";
   if (st.resume) {
-    const nlohmann::json j = run.read_config();
+    std::string text = run ? run->read_config().dump() : std::string();
+    comm.broadcast(text);
+    const nlohmann::json j = nlohmann::json::parse(text);
     try {
       config = j.at("model").get<models::LMConfig>();
       adopt_recorded_settings(st, j.at("train"), settings_in);
     } catch (const std::exception& e) {
-      throw std::runtime_error("train --resume: cannot read " + run.config_path() + ": " + e.what());
+      throw std::runtime_error("train --resume: cannot read " + config_path + ": " + e.what());
     }
-    st.validate(run.config_path());
+    st.validate(config_path);
+    check_batch_split(st, comm, config_path);
   }
   if (st.corpus.data == "synthetic") st.corpus.data.clear();
   st.corpus.seed = st.seed;
   st.corpus.block = st.block;
 
   auto say = [&](const std::string& line) {
+    if (!comm.is_root()) return;  // the other ranks print only errors
     std::FILE* f = st.json ? stderr : stdout;
     std::fputs((line + "\n").c_str(), f);
     std::fflush(f);
@@ -290,7 +418,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     config.validate();
   } catch (const std::invalid_argument& e) {
     if (!st.resume) throw;
-    throw std::invalid_argument(run.config_path() + ": " + e.what());
+    throw std::invalid_argument(config_path + ": " + e.what());
   }
   if (corpus.valid.size() < 2)
     throw std::runtime_error(fmt::format("train: the validation split of {} holds {} tokens; at least 2 are needed to measure "
@@ -328,10 +456,10 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   std::int64_t step = 0;
   double best_ppl = INFINITY, last_ppl = NAN, elapsed_before = 0;
 
-  if (st.resume) {
+  if (st.resume && run) {
     const std::string last = "last.safetensors";
-    const SafeTensors ck = run.load_checkpoint(last);
-    const std::string path = run.file(last);
+    const SafeTensors ck = run->load_checkpoint(last);
+    const std::string path = run->file(last);
     load_parameters(*model, ck, path);
     step = metadata_int(ck, "step", path);
     opt.load_state(ck.tensors, step);
@@ -339,13 +467,39 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     elapsed_before = metadata_double(ck, "elapsed_s", path);
     if (dropout_gen != nullptr)
       dropout_gen->set_state(metadata_uint(ck, "dropout_seed", path), metadata_uint(ck, "dropout_offset", path));
-    run.resume_metrics(step);
+    run->resume_metrics(step);
     say(fmt::format("resumed from {} at step {}", path, step));
-  } else {
-    run.begin(nlohmann::json{{"model", config}, {"train", st.to_json()}});
+  } else if (run) {
+    run->begin(nlohmann::json{{"model", config}, {"train", st.to_json()}});
+  }
+  if (comm.distributed()) {
+    // Every rank starts from rank 0's state: its parameters (a fresh run's are the same on
+    // every rank already, from the seed; sending them costs little and rules out any
+    // difference), and a resumed run's optimizer moments, counters and dropout stream.
+    std::vector<Tensor> shared = model->parameters();
+    std::map<std::string, Tensor> moments = opt.state_tensors();
+    if (st.resume)
+      for (auto& [name, t] : moments) shared.push_back(t);
+    for (Tensor& t : shared) broadcast_tensor(comm, t);
+    comm.broadcast(&step, sizeof step);
+    comm.broadcast(&best_ppl, sizeof best_ppl);
+    comm.broadcast(&elapsed_before, sizeof elapsed_before);
+    if (dropout_gen != nullptr) {
+      std::array<std::uint64_t, 2> state{dropout_gen->seed(), dropout_gen->offset()};
+      comm.broadcast(state.data(), sizeof state);
+      dropout_gen->set_state(state[0], state[1]);
+    }
+    if (st.resume && !comm.is_root()) {
+      for (auto& [name, t] : moments) t = t.clone();
+      opt.load_state(moments, step);
+    }
+    say(fmt::format("ranks: {} processes (MPI), each computing {} rows of every batch of {} on {} threads; gradients "
+                    "summed over them before each update",
+                    comm.size(), st.batch / comm.size(), st.batch, num_threads()));
   }
 
   auto save_checkpoint = [&](const std::string& name, bool with_optimizer) {
+    if (!run) return;  // rank 0 writes the run's checkpoints
     std::map<std::string, Tensor> tensors = parameter_map(*model);
     std::map<std::string, std::string> meta = {
         {"best_val_ppl", fmt::format("{}", best_ppl)},
@@ -358,19 +512,21 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     }
     if (with_optimizer)
       for (auto& [k, v] : opt.state_tensors()) tensors[k] = v;
-    run.save_checkpoint(name, tensors, meta, step);
+    run->save_checkpoint(name, tensors, meta, step);
   };
 
   // A validation perplexity above this is worse than guessing uniformly, by far: the run diverged.
+  // In an error message the other ranks name the checkpoint as rank 0 would.
+  auto last_good = [&] { return run ? run->last_good() : out + "/last.safetensors"; };
   const double diverged_ppl = kDivergedPerplexityFactor * static_cast<double>(config.vocab_size);
   auto run_eval = [&](std::int64_t epoch) {
     const auto t0 = Clock::now();
-    EvalResult ev = evaluate(*model, corpus.valid, st.block, st.batch, corpus.valid_probes);
+    EvalResult ev = evaluate(*model, corpus.valid, st.block, st.batch, corpus.valid_probes, &comm);
     if (!std::isfinite(ev.ppl) || ev.ppl > diverged_ppl)
       throw std::runtime_error(fmt::format(
           "train: the validation perplexity at step {} is {:.4g}, more than {} x the vocabulary size ({}): the run diverged; "
           "stopping. The last good checkpoint is {} — try a lower --lr",
-          step, ev.ppl, kDivergedPerplexityFactor, config.vocab_size, run.last_good()));
+          step, ev.ppl, kDivergedPerplexityFactor, config.vocab_size, last_good()));
     last_ppl = ev.ppl;
     const bool best = ev.ppl < best_ppl;
     if (best) best_ppl = ev.ppl;
@@ -378,7 +534,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
                         {"tokens", ev.tokens}, {"time", elapsed_before}};
     for (const auto& [key, value] : ev.diagnostics.items()) line[key] = value;
     if (!ev.dependencies.is_null()) line["dependencies"] = ev.dependencies;
-    run.append_metrics(line);
+    if (run) run->append_metrics(line);
     say(fmt::format("eval  step {:>6}  valid ppl {:.2f}  (nll {:.4f} over {} tokens, {:.1f}s){}", step, ev.ppl, ev.nll,
                     ev.tokens, std::chrono::duration<double>(Clock::now() - t0).count(), best ? "  best" : ""));
     if (!ev.diagnostics.empty()) {
@@ -411,20 +567,27 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   struct PendingLoss {
     std::int64_t step, epoch;
     double lr;
-    Tensor loss;
+    Tensor loss;        // this rank's mean over its predicted tokens (undefined: it had no rows)
+    double share = 1.0;  // this rank's share of the batch's predicted tokens
   };
   std::vector<PendingLoss> pending;
   const bool defer_loss_reads = !device.is_cpu();
   auto flush_losses = [&] {
     for (const PendingLoss& p : pending) {
-      loss_value = p.loss.item();
+      loss_value = p.loss.defined() ? p.loss.item() : 0.0;
+      if (comm.distributed()) {
+        // The batch's loss: the ranks' means, each weighted by its share of the tokens.
+        double v = p.share > 0 ? loss_value * p.share : 0.0;
+        comm.all_reduce_sum(std::span<double>(&v, 1));
+        loss_value = v;
+      }
       if (!std::isfinite(loss_value)) {
         throw std::runtime_error(fmt::format(
             "train: the loss became {} at step {} (lr {:.3g}); stopping. The last good checkpoint is {} — try a lower --lr "
             "or a stronger --clip",
-            loss_value, p.step, p.lr, run.last_good()));
+            loss_value, p.step, p.lr, last_good()));
       }
-      run.append_metrics({{"step", p.step}, {"epoch", p.epoch}, {"loss", loss_value}, {"lr", p.lr}, {"time", elapsed_before}});
+      if (run) run->append_metrics({{"step", p.step}, {"epoch", p.epoch}, {"loss", loss_value}, {"lr", p.lr}, {"time", elapsed_before}});
     }
     pending.clear();
   };
@@ -434,7 +597,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
                   total_steps, per_epoch, st.batch, st.block, st.lr, warmup, sched.min_lr, st.weight_decay));
   // The denominator of the progress line's "% of peak" (an MFU figure over the GEMMs'
   // flops): the measured peak of the instruction this run's GEMMs use, on its threads.
-  const double peak_gflops = device.is_cpu() ? kernels::measured_gemm_peak_gflops(precision, num_threads(), 2'000'000) : 0;
+  const double peak_gflops = device.is_cpu() && comm.is_root() ? kernels::measured_gemm_peak_gflops(precision, num_threads(), 2'000'000) : 0;
   if (peak_gflops > 0) say(fmt::format("peak: {:.0f} GFLOP/s measured for {} GEMMs on {} threads", peak_gflops,
                                        precision_name(precision), num_threads()));
   double window_flops = 0;
@@ -447,38 +610,79 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     }
     const auto t0 = Clock::now();
     const std::uint64_t flops0 = ops::matmul_flops();
-    const data::LmBatch b = batcher.train_batch(order, static_cast<std::size_t>(step % per_epoch));
+    const data::LmBatch whole = batcher.train_batch(order, static_cast<std::size_t>(step % per_epoch));
+    // This rank's rows of the batch (all of them in one process). Its loss is scaled by its
+    // share of the batch's predicted tokens, so that the ranks' losses, and so their
+    // gradients, sum to the loss one process would compute over the whole batch. (A model's
+    // auxiliary loss is scaled alike, which is exact only for a mean over rows: SheafStateLM's
+    // expert balance is not one, so that model follows one process only approximately.)
+    const RowSlice slice = row_slice(whole.rows, comm);
+    const data::LmBatch b = slice_batch(whole, slice.first, slice.rows);
+    const double loss_share = static_cast<double>(b.predicted_tokens) / static_cast<double>(whole.predicted_tokens);
     const auto rows = static_cast<std::int64_t>(b.rows), tokens_this_step = rows * st.block;
+    const auto batch_tokens = static_cast<std::int64_t>(whole.rows) * st.block;
     Tensor x = Tensor::from_vector(b.inputs, {rows, st.block}).to(device);
     Tensor y = Tensor::from_vector(b.targets, {rows * st.block}).to(device);
     const double lr = sched.at(step);
     opt.set_lr(lr);
-    // course 21 begin: one training step: forward, the loss, backward, clip the gradient's norm, the AdamW update
-    Tensor logits = model->forward(x);
-    Tensor loss = ops::cross_entropy(ops::reshape(logits, {tokens_this_step, -1}), y, data::kIgnoreTarget);
-    // The logged loss is the cross-entropy; a model's auxiliary terms (SheafStateLM's gluing
-    // energy and expert balance) join it only in the gradient.
-    const Tensor aux = model->auxiliary_loss();
-    (aux.defined() ? loss + aux : loss).backward();
-    pending.push_back({step + 1, epoch, lr, loss.detach()});
-    logits = Tensor();
-    loss = Tensor();
-    // Clipping is folded into the update: one norm, then one pass over the parameters.
-    opt.step(clip_scale(grad_norm(model->parameters()), st.clip));
-    opt.zero_grad();
-    // course 21 end
+    // Each rank draws the dropout masks one process would draw for its rows.
+    if (dropout_gen != nullptr && comm.distributed() && rows > 0)
+      dropout_gen->set_batch_slice(slice.first, slice.rows, whole.rows);
+    if (rows == 0) {
+      // An epoch's short last batch left this rank no rows: it adds nothing to the gradient
+      // but still joins the sum and applies the same update.
+      all_reduce_gradients(comm, *model);
+      opt.step(clip_scale(grad_norm(model->parameters()), st.clip));
+      opt.zero_grad();
+      pending.push_back({step + 1, epoch, lr, Tensor(), 0.0});
+    } else {
+      // course 21 begin: one training step: forward, the loss, backward, clip the gradient's norm, the AdamW update
+      Tensor logits = model->forward(x);
+      Tensor loss = ops::cross_entropy(ops::reshape(logits, {tokens_this_step, -1}), y, data::kIgnoreTarget);
+      // The logged loss is the cross-entropy; a model's auxiliary terms (SheafStateLM's gluing
+      // energy and expert balance) join it only in the gradient.
+      const Tensor aux = model->auxiliary_loss();
+      const Tensor objective = aux.defined() ? loss + aux : loss;
+      // Several processes: each backpropagates its share (loss_share is 1 in one process).
+      (loss_share == 1.0 ? objective : objective * loss_share).backward();
+      pending.push_back({step + 1, epoch, lr, loss.detach(), loss_share});
+      logits = Tensor();
+      loss = Tensor();
+      // Several processes: their gradients summed, so each applies the same update.
+      all_reduce_gradients(comm, *model);
+      // Clipping is folded into the update: one norm, then one pass over the parameters.
+      opt.step(clip_scale(grad_norm(model->parameters()), st.clip));
+      opt.zero_grad();
+      // course 21 end
+    }
+    if (dropout_gen != nullptr && comm.distributed()) {
+      dropout_gen->set_batch_slice(0, 1, 1);
+      // A rank without rows drew nothing; rank 0 always has rows, and its stream moved on.
+      if (slice.some_rank_idle) {
+        std::array<std::uint64_t, 2> state{dropout_gen->seed(), dropout_gen->offset()};
+        comm.broadcast(state.data(), sizeof state);
+        dropout_gen->set_state(state[0], state[1]);
+      }
+    }
     ++step;
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     elapsed_before += dt;
     window_time += dt;
-    window_tokens += static_cast<double>(tokens_this_step);
+    window_tokens += static_cast<double>(batch_tokens);
     window_flops += static_cast<double>(ops::matmul_flops() - flops0);
-    run_tokens += static_cast<double>(tokens_this_step);
+    run_tokens += static_cast<double>(batch_tokens);
     run_time += dt;
     ++run_steps;
     const bool epoch_end = step % per_epoch == 0;
     const bool periodic = st.eval_every > 0 && step % st.eval_every == 0;
-    const bool stopping = interrupt_requested() || (st.stop_after > 0 && run_steps >= st.stop_after && step < total_steps);
+    // The ranks stop together: a Ctrl-C that reached one of them stops them all.
+    bool interrupted = interrupt_requested();
+    if (comm.distributed()) {
+      double any = interrupted ? 1.0 : 0.0;
+      comm.all_reduce_sum(std::span<double>(&any, 1));
+      interrupted = any > 0;
+    }
+    const bool stopping = interrupted || (st.stop_after > 0 && run_steps >= st.stop_after && step < total_steps);
     const bool log_now = step % st.log_every == 0 || step == total_steps || step == 1;
     if (!defer_loss_reads || log_now || epoch_end || periodic || stopping) flush_losses();
     if (log_now) {
@@ -494,7 +698,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     if (stopping) {
       save_checkpoint("last.safetensors", true);
       say(fmt::format("interrupted: checkpoint written at step {} to {}; continue with `wedge train --resume --out {}`", step,
-                      run.file("last.safetensors"), out));
+                      out + "/last.safetensors", out));
       result.interrupted = true;
       break;
     }

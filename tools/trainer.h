@@ -9,6 +9,13 @@
 //   metrics.jsonl        one JSON object per step ({"step","epoch","loss","lr","time"})
 //                        and per evaluation ({"eval":"valid","ppl",...})
 //   .lock                held while a training writes to the folder (tools/run_folder.h)
+//
+// Under `mpirun -np N` (engine/distributed.h) the run is data-parallel: every rank holds the
+// whole model, takes its contiguous slice of the rows of every batch (--batch is the global
+// batch, a multiple of N), and the gradients are summed across ranks before clipping and the
+// AdamW update, so every rank applies the same update. Rank 0 alone owns the run directory
+// and prints; the others print only errors. A checkpoint holds the full state, so a run saved
+// with N ranks resumes with any number.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +26,10 @@
 
 #include "models/lm.h"
 #include "tools/corpus.h"
+
+namespace wedge::dist {
+class Communicator;
+}
 
 namespace wedge::tools {
 
@@ -86,8 +97,15 @@ struct EvalResult {
   // (data::DependencyTally::to_json); null without probes.
   nlohmann::json dependencies;
 };
+//
+// With a communicator of several ranks (a data-parallel job, engine/distributed.h), every
+// rank calls it: evaluation batch i runs on rank i % N and the sums are combined in rank
+// order, so every rank gets the same result, equal to one process's up to the order of the
+// floating-point sums. (With probes every rank still scores every batch: their tallies are
+// not combined across ranks.)
 EvalResult evaluate(models::LanguageModel& model, const std::vector<std::int32_t>& stream, std::int64_t block,
-                    std::int64_t batch, const std::vector<data::DependencyProbe>& probes = {});
+                    std::int64_t batch, const std::vector<data::DependencyProbe>& probes = {},
+                    const dist::Communicator* comm = nullptr);
 
 // One line for progress output: "dependencies  1: 0.99  2-3: 0.97 ...  |  local 0.99  anchor 0.80  entity 0.41".
 std::string dependency_summary(const nlohmann::json& dependencies);

@@ -157,6 +157,28 @@ TEST_CASE("the counter-based RNG is reproducible and position-addressable") {
   CHECK(ops::dropout(x, 0.5, true, 11, 0).to_vector<float>() != ops::dropout(x, 0.5, true, 11, 64).to_vector<float>());
 }
 
+TEST_CASE("a generator's batch slice draws the whole batch's masks for its rows and moves past the whole draw") {
+  // 5 rows of 3 x 4 values; a process holding rows 2..3 of them (data parallelism).
+  const std::int64_t rows = 5, per_row = 12;
+  Generator whole(7), slice(7);
+  whole.reserve(100);
+  slice.reserve(100);
+  const Tensor x = Tensor::ones({rows, 3, 4});
+  const std::vector<float> all = ops::dropout(x, 0.5, true, whole.seed(), whole.reserve(rows * per_row)).to_vector<float>();
+  slice.set_batch_slice(2, 2, rows);
+  const Tensor mine = Tensor::ones({2, 3, 4});
+  const std::vector<float> part = ops::dropout(mine, 0.5, true, slice.seed(), slice.reserve(2 * per_row)).to_vector<float>();
+  CHECK(part == std::vector<float>(all.begin() + 2 * per_row, all.begin() + 4 * per_row));
+  CHECK(slice.offset() == whole.offset());
+  // A draw that is not whole rows of the slice is refused rather than misplaced.
+  CHECK_THROWS_WITH_AS(slice.reserve(5), doctest::Contains("leading axis is the batch"), std::logic_error);
+  CHECK_THROWS_AS(slice.set_batch_slice(4, 2, rows), std::invalid_argument);
+  slice.set_batch_slice(0, 1, 1);  // back to plain draws
+  const std::uint64_t at = slice.offset();
+  CHECK(slice.reserve(5) == at);
+  CHECK(slice.offset() == at + 5);
+}
+
 TEST_CASE("Philox-4x32-10 matches the published known answer, and uniforms use all four words") {
   // Salmon et al.'s known-answer vector for counter 0 under key 0.
   const Philox4 r = philox4x32(0, 0);

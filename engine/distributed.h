@@ -1,0 +1,78 @@
+// The processes of one data-parallel job, and the few collectives training needs.
+//
+// A job is every process one `mpirun -np N ...` started: N ranks, numbered 0 .. N-1. A
+// process started any other way is a job of one rank and never touches MPI, so a build with
+// MPI behaves exactly like one without it until it is started by mpirun.
+//
+// Every collective here is called by every rank, in the same order; a rank that skips one
+// leaves the others waiting. All of them run on the calling (main) thread.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace wedge::dist {
+
+// Whether this build can run under mpirun (it found MPI when it was configured).
+bool mpi_built();
+
+// Whether an MPI launcher started this process: its environment says how many ranks the job
+// has (Open MPI's OMPI_COMM_WORLD_SIZE, PMIx's PMIX_RANK, MPICH's PMI_SIZE).
+bool launched_by_mpi();
+
+// How many ranks of the job share this machine, as the launcher says (Open MPI's
+// OMPI_COMM_WORLD_LOCAL_SIZE, MPICH's MPI_LOCALNRANKS); 1 when it does not say.
+int ranks_on_this_machine();
+
+class Communicator {
+ public:
+  // The job's communicator. Its first use initialises MPI when the process was launched by
+  // mpirun; a build without MPI started by mpirun with more than one rank is an error (each
+  // process would otherwise train alone, all on the same run folder).
+  static Communicator& world();
+  // The world if something has used it already, else null (never starts MPI).
+  static const Communicator* started();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  bool is_root() const { return rank_ == 0; }
+  bool distributed() const { return size_ > 1; }
+
+  void barrier() const;
+  // Root's `bytes` bytes at `data` land at `data` on every rank.
+  void broadcast(void* data, std::size_t bytes, int root = 0) const;
+  // Root's string on every rank (the other ranks' strings are replaced, whatever their size).
+  void broadcast(std::string& text, int root = 0) const;
+  // Every rank's bytes, in rank order, on every rank (lengths may differ between ranks).
+  std::vector<std::string> all_gather(const std::string& bytes) const;
+
+  // values <- the sum over ranks of values, element by element.
+  //
+  // Deterministic: each rank gathers every rank's values and adds them in rank order,
+  // ((v0 + v1) + v2) + ..., so the result depends neither on timing nor on the network's
+  // reduction tree, and it is bit-identical on every rank. The price is bandwidth: each rank
+  // receives N - 1 copies instead of a ring all-reduce's 2 (N - 1) / N, which is fine for the
+  // 2 - 8 processes of one or two machines and wrong for hundreds. The buffer goes through in
+  // buckets of at most kBucketBytes gathered (N slices of kBucketBytes / N), so a large model
+  // never needs N full copies of its gradient at once.
+  void all_reduce_sum(std::span<float> values) const;
+  void all_reduce_sum(std::span<double> values) const;
+
+  static constexpr std::size_t kBucketBytes = std::size_t{16} << 20;
+
+  // Ends MPI after a successful run (a no-op when it never started). A failing rank exits
+  // without it: the launcher then ends the whole job instead of leaving the other ranks
+  // waiting in a collective.
+  static void finalize();
+
+ private:
+  Communicator(int rank, int size) : rank_(rank), size_(size) {}
+  template <typename T> void all_reduce_sum_impl(std::span<T> values) const;
+
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace wedge::dist
