@@ -199,20 +199,32 @@ T shfl(unsigned mask, T value, int source_lane) {
   return shuffle_from(mask, value, unsigned(source_lane));
 }
 
-// The body of every fiber: run the kernel for this thread, then hand control back for good.
-// An exception (in the course's student tree an unsolved exercise throws from inside a
-// kernel) is caught on the fiber's own stack, where it was thrown, and ends the launch
-// like a misuse does, with its message: unwinding must never cross a stack switch.
-inline void fiber_main() {
-  std::string thrown;
+// Runs this thread's kernel. An exception (in the course's student tree an unsolved
+// exercise throws from inside a kernel) is caught here, on the fiber's own stack where it
+// was thrown, and recorded as the block's error, which ends the launch like a misuse does:
+// unwinding must never cross a stack switch. Returns whether the kernel finished normally.
+// A function of its own that returns before the fiber parks: fiber_main's frame stays on
+// the stack for good, so it must hold no local whose address is taken (AddressSanitizer
+// would leave that local's guard zones poisoned at the top of a stack the next launch reuses).
+[[gnu::noinline]] inline bool run_body() {
   try {
     g_block->body();
+    return true;
   } catch (const std::exception& e) {
-    thrown = e.what();
+    if (g_block->error.empty()) g_block->error = std::string("a thread threw: ") + e.what();
   } catch (...) {
-    thrown = "an exception that is not a std::exception";
+    if (g_block->error.empty()) g_block->error = "a thread threw an exception that is not a std::exception";
   }
-  if (!thrown.empty()) fail("a thread threw: " + thrown);
+  return false;
+}
+
+// The body of every fiber: run the kernel for this thread, then hand control back for good.
+inline void fiber_main() {
+  if (!run_body()) {
+    g_fiber->state = FiberState::Done;
+    ++g_block->done;
+    for (;;) yield_to_scheduler();
+  }
   Block& b = *g_block;
   if (b.block_arrived > 0) {
     if (b.error.empty()) b.error = "a thread exited while others wait at __syncthreads";

@@ -70,6 +70,14 @@ __global__ void divergent_barrier_kernel(float* out) {
 __global__ void warp_sum_kernel(float* out) {
   out[threadIdx.x] = wedge::kernels::cuda_emulated::warp_sum(float(threadIdx.x % 32));
 }
+
+// One thread throws between two barriers (as an unsolved exercise of the course does).
+__global__ void throwing_kernel(float* out) {
+  __syncthreads();
+  if (threadIdx.x == 5) throw std::logic_error("thread 5 gives up");
+  __syncthreads();
+  out[threadIdx.x] = 1.0f;
+}
 }  // namespace broken
 
 }  // namespace
@@ -235,7 +243,7 @@ TEST_CASE("host emulation: the selective scan refuses shapes it cannot run") {
   CHECK_THROWS_AS(emulated::selective_scan_backward(args, none, none, {}), std::invalid_argument);
 }
 
-TEST_CASE("host emulation catches missing and divergent barriers") {
+TEST_CASE("host emulation catches missing and divergent barriers, and kernels that throw") {
   using wedge::emu::dim3;
   std::vector<float> out(64, -1.0f);
   auto expected_neighbour = [](unsigned t, float salt) { return float((t + 1) % 64) + salt; };
@@ -257,6 +265,11 @@ TEST_CASE("host emulation catches missing and divergent barriers") {
   }
 
   CHECK_THROWS_AS(WEDGE_LAUNCH(dim3(1), dim3(64), 0, broken::divergent_barrier_kernel)(out.data()), std::logic_error);
+
+  // A kernel that throws fails its launch with the message, and the next launch, on the
+  // same fiber stacks, runs normally.
+  CHECK_THROWS_WITH_AS(WEDGE_LAUNCH(dim3(2), dim3(64), 0, broken::throwing_kernel)(out.data()),
+                       doctest::Contains("a thread threw: thread 5 gives up"), std::logic_error);
 
   // a warp butterfly gives every lane the sum 0 + 1 + ... + 31
   WEDGE_LAUNCH(dim3(1), dim3(64), 0, broken::warp_sum_kernel)(out.data());
