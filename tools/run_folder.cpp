@@ -37,16 +37,20 @@ std::string read_small_file(const std::string& path) {
 }  // namespace
 
 RunFolder::RunFolder(RunFolder&& o) noexcept
-    : dir_(std::move(o.dir_)), lock_fd_(o.lock_fd_), replace_(o.replace_), metrics_(std::move(o.metrics_)), last_good_(std::move(o.last_good_)) {
+    : dir_(std::move(o.dir_)), lock_fd_(o.lock_fd_), replace_(o.replace_), remove_unbegun_(o.remove_unbegun_),
+      metrics_(std::move(o.metrics_)), last_good_(std::move(o.last_good_)) {
   o.lock_fd_ = -1;
+  o.remove_unbegun_ = false;
 }
 
 RunFolder& RunFolder::operator=(RunFolder&& o) noexcept {
   if (this != &o) {
-    if (lock_fd_ >= 0) ::close(lock_fd_);
+    release();
     dir_ = std::move(o.dir_);
     lock_fd_ = o.lock_fd_;
     replace_ = o.replace_;
+    remove_unbegun_ = o.remove_unbegun_;
+    o.remove_unbegun_ = false;
     metrics_ = std::move(o.metrics_);
     last_good_ = std::move(o.last_good_);
     o.lock_fd_ = -1;
@@ -54,8 +58,19 @@ RunFolder& RunFolder::operator=(RunFolder&& o) noexcept {
   return *this;
 }
 
-RunFolder::~RunFolder() {
-  if (lock_fd_ >= 0) ::close(lock_fd_);  // closing the descriptor releases the lock
+RunFolder::~RunFolder() { release(); }
+
+void RunFolder::release() {
+  if (lock_fd_ < 0) return;
+  if (remove_unbegun_) {
+    // Only the lock file is in a folder made for a run that never began (fs::remove leaves
+    // a folder that holds anything else).
+    std::error_code ec;
+    fs::remove(file(".lock"), ec);
+    fs::remove(dir_, ec);
+  }
+  ::close(lock_fd_);  // closing the descriptor releases the lock
+  lock_fd_ = -1;
 }
 
 // An advisory lock (flock) on DIR/.lock: the kernel releases it when the process ends in
@@ -86,11 +101,13 @@ RunFolder RunFolder::create(const std::string& dir, bool overwrite, const std::s
   RunFolder f;
   f.dir_ = dir;
   std::error_code ec;
+  const bool existed = fs::exists(dir, ec);
   fs::create_directories(dir, ec);
   if (ec || !fs::is_directory(dir))
     throw std::runtime_error(fmt::format("--out {}: cannot create the folder ({})", dir,
                                          ec ? ec.message() : std::string("a file of that name is in the way")));
   f.lock();
+  f.remove_unbegun_ = !existed;
   if (fs::exists(f.config_path())) {
     if (!overwrite)
       throw std::runtime_error("--out " + dir + " already holds a run (" + f.config_path() +
@@ -129,6 +146,7 @@ void RunFolder::open_metrics() {
 }
 
 void RunFolder::begin(const nlohmann::json& config) {
+  remove_unbegun_ = false;
   if (replace_) {
     std::error_code ec;
     for (const char* name : kRunFiles) fs::remove(file(name), ec);

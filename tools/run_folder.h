@@ -38,7 +38,7 @@ class RunFolder {
 
   RunFolder(RunFolder&&) noexcept;
   RunFolder& operator=(RunFolder&&) noexcept;
-  ~RunFolder();  // releases the lock
+  ~RunFolder();  // releases the lock (and removes a folder create() made for a run that never began)
 
   const std::string& dir() const { return dir_; }
   std::string file(const std::string& name) const { return dir_ + "/" + name; }
@@ -70,11 +70,15 @@ class RunFolder {
  private:
   RunFolder() = default;
   void lock();
+  void release();
   void open_metrics();
 
   std::string dir_;
   int lock_fd_ = -1;
   bool replace_ = false;  // create() with overwrite over an existing run
+  // create() made the folder and begin() has not run: a run that fails to start removes it
+  // again, so a refused `wedge train` leaves nothing behind.
+  bool remove_unbegun_ = false;
   std::unique_ptr<std::ofstream> metrics_;
   std::string last_good_;
 };

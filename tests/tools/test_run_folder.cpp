@@ -127,6 +127,30 @@ TEST_CASE("one writer per run folder: a second one fails at once, naming the own
   fs::remove_all(dir);
 }
 
+TEST_CASE("a run that fails before it begins leaves no folder behind, and never removes one it did not make") {
+  const std::string dir = testing::fresh_run_dir("unbegun");
+  { RunFolder f = RunFolder::create(dir, false, ""); }  // e.g. the corpus could not be read
+  CHECK(!fs::exists(dir));
+  // Moved before it is dropped: the folder goes once, with its last owner.
+  {
+    RunFolder a = RunFolder::create(dir, false, "");
+    RunFolder b = std::move(a);
+    CHECK(fs::exists(dir + "/.lock"));
+  }
+  CHECK(!fs::exists(dir));
+  // A folder that was there already stays, and so does one holding anything else.
+  fs::create_directories(dir);
+  { RunFolder f = RunFolder::create(dir, false, ""); }
+  CHECK(fs::is_directory(dir));
+  fs::remove_all(dir);
+  {
+    RunFolder f = RunFolder::create(dir, false, "");
+    std::ofstream(dir + "/notes.txt") << "mine\n";
+  }
+  CHECK(fs::exists(dir + "/notes.txt"));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("a fresh run refuses a folder holding a run; --overwrite replaces it only when the new run begins") {
   const std::string dir = testing::fresh_run_dir("overwrite");
   {
