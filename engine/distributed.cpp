@@ -1,11 +1,15 @@
 #include "engine/distributed.h"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <thread>
 
 #include <fmt/core.h>
 
@@ -30,6 +34,24 @@ int launcher_size() {
   return 0;
 }
 
+// Seconds a collective waits for the other ranks before it ends the job; 0 waits forever.
+double g_timeout_s = 600;
+
+bool valid_timeout(double seconds) { return std::isfinite(seconds) && seconds >= 0; }
+
+// WEDGE_COMM_TIMEOUT, when set and not empty, replaces the default: a number of seconds,
+// 0 or more.
+void read_timeout_variable() {
+  const char* text = std::getenv("WEDGE_COMM_TIMEOUT");
+  if (text == nullptr || *text == '\0') return;
+  char* end = nullptr;
+  const double seconds = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !valid_timeout(seconds))
+    throw std::invalid_argument(fmt::format(
+        "WEDGE_COMM_TIMEOUT is '{}': it must be a number of seconds, 0 or more (0 waits forever)", text));
+  g_timeout_s = seconds;
+}
+
 #ifdef WEDGE_HAVE_MPI
 bool g_mpi_started = false;
 
@@ -50,6 +72,71 @@ int checked_int(std::size_t n, const char* what) {
 template <typename T> MPI_Datatype mpi_type();
 template <> MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
 template <> MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
+
+// A rank that has waited too long ends the job: one line on stderr, then MPI_Abort, which
+// has the launcher end every rank (the one that hangs or was stopped included).
+[[noreturn]] void give_up(const Communicator& comm, const char* collective, double waited_s) {
+  fmt::print(stderr,
+             "wedge: rank {} of {}: no answer from the other ranks within {:g} s in {} (a process died, hangs or was "
+             "stopped); ending the job\n",
+             comm.rank(), comm.size(), waited_s, collective);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);  // MPI_Abort does not return; were it to, this rank still ends
+}
+
+// Waits for the nonblocking collective `request` until it completes or the timeout passes.
+// MPI_Wait could not give up, so this polls MPI_Test: back to back for the first
+// millisecond (the ranks of one step usually meet sooner), then with naps of 100 us
+// growing to 1 ms, so that a rank waiting for a slow one (rank 0 writing a checkpoint)
+// leaves its core to the others. The naps stay short because Open MPI moves a nonblocking
+// collective on only inside MPI calls: a long nap would be a long stall.
+void wait_for(const Communicator& comm, MPI_Request& request, const char* collective) {
+  using Clock = std::chrono::steady_clock;
+  constexpr auto kSpin = std::chrono::milliseconds(1);
+  constexpr std::chrono::microseconds kLongestNap{1000};
+  const double limit_s = Communicator::timeout();
+  const auto start = Clock::now();
+  std::chrono::microseconds nap{100};
+  for (;;) {
+    int done = 0;
+    check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (done != 0) return;
+    const std::chrono::duration<double> waited = Clock::now() - start;
+    if (limit_s > 0 && waited.count() >= limit_s) give_up(comm, collective, limit_s);
+    if (waited < kSpin) continue;
+    std::this_thread::sleep_for(nap);
+    nap = std::min(2 * nap, kLongestNap);
+  }
+}
+
+// Every collective runs this way: `start` begins it nonblocking (MPI_Ibcast, MPI_Iallgather,
+// ...) with the request it is given, then wait_for() sees it through.
+template <typename Start> void run_collective(const Communicator& comm, const char* collective, Start start) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(start(&request), collective);
+  wait_for(comm, request, collective);
+}
+
+template <typename T> void all_reduce_sum_impl(const Communicator& comm, std::span<T> values) {
+  const auto n_ranks = static_cast<std::size_t>(comm.size());
+  const std::size_t bucket = std::max<std::size_t>(1, Communicator::kBucketBytes / (sizeof(T) * n_ranks));
+  std::vector<T> gathered(std::min(values.size(), bucket) * n_ranks);
+  for (std::size_t begin = 0; begin < values.size(); begin += bucket) {
+    const std::size_t n = std::min(bucket, values.size() - begin);
+    T* v = values.data() + begin;
+    const int count = checked_int(n, "all_reduce_sum");
+    run_collective(comm, "all_reduce_sum", [&](MPI_Request* request) {
+      return MPI_Iallgather(v, count, mpi_type<T>(), gathered.data(), count, mpi_type<T>(), MPI_COMM_WORLD, request);
+    });
+    // Rank order, the same on every rank: v = ((g0 + g1) + g2) + ...
+    std::copy_n(gathered.data(), n, v);
+    for (std::size_t r = 1; r < n_ranks; ++r) {
+      const T* g = gathered.data() + r * n;
+      for (std::size_t i = 0; i < n; ++i) v[i] += g[i];
+    }
+  }
+}
 #endif
 
 }  // namespace
@@ -80,6 +167,9 @@ const Communicator* Communicator::started() { return g_world; }
 Communicator& Communicator::world() {
   static Communicator* world = [] {
     const int launched = launcher_size();
+    // Only a job under a launcher has collectives to time out. Read before MPI starts, so
+    // that a malformed value is one error and no half-started job.
+    if (launched > 0) read_timeout_variable();
 #ifdef WEDGE_HAVE_MPI
     if (launched > 0) {
       // Only the main thread calls MPI; the thread pool's workers never do.
@@ -104,6 +194,15 @@ Communicator& Communicator::world() {
   return *world;
 }
 
+void Communicator::set_timeout(double seconds) {
+  if (!valid_timeout(seconds))
+    throw std::invalid_argument(
+        fmt::format("communicator timeout of {} s: it must be 0 or more (0 waits forever)", seconds));
+  g_timeout_s = seconds;
+}
+
+double Communicator::timeout() { return g_timeout_s; }
+
 void Communicator::finalize() {
 #ifdef WEDGE_HAVE_MPI
   if (g_mpi_started) {
@@ -114,8 +213,9 @@ void Communicator::finalize() {
 }
 
 void Communicator::barrier() const {
+  if (!distributed()) return;
 #ifdef WEDGE_HAVE_MPI
-  if (distributed()) check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+  run_collective(*this, "barrier", [](MPI_Request* request) { return MPI_Ibarrier(MPI_COMM_WORLD, request); });
 #endif
 }
 
@@ -125,10 +225,11 @@ void Communicator::broadcast(void* data, std::size_t bytes, int root) const {
   // In pieces of at most INT_MAX bytes: one MPI message counts its elements in an int.
   auto* p = static_cast<char*>(data);
   while (bytes > 0) {
-    const std::size_t n = std::min<std::size_t>(bytes, INT_MAX);
-    check(MPI_Bcast(p, static_cast<int>(n), MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
+    const int n = static_cast<int>(std::min<std::size_t>(bytes, INT_MAX));
+    run_collective(*this, "broadcast",
+                   [&](MPI_Request* request) { return MPI_Ibcast(p, n, MPI_BYTE, root, MPI_COMM_WORLD, request); });
     p += n;
-    bytes -= n;
+    bytes -= static_cast<std::size_t>(n);
   }
 #endif
 }
@@ -147,7 +248,9 @@ std::vector<std::string> Communicator::all_gather(const std::string& bytes) cons
 #ifdef WEDGE_HAVE_MPI
   long long mine = static_cast<long long>(bytes.size());
   std::vector<long long> lengths(out.size());
-  check(MPI_Allgather(&mine, 1, MPI_LONG_LONG, lengths.data(), 1, MPI_LONG_LONG, MPI_COMM_WORLD), "MPI_Allgather");
+  run_collective(*this, "all_gather", [&](MPI_Request* request) {
+    return MPI_Iallgather(&mine, 1, MPI_LONG_LONG, lengths.data(), 1, MPI_LONG_LONG, MPI_COMM_WORLD, request);
+  });
   std::vector<int> counts(out.size()), displs(out.size());
   std::size_t total = 0;
   for (std::size_t r = 0; r < out.size(); ++r) {
@@ -157,37 +260,26 @@ std::vector<std::string> Communicator::all_gather(const std::string& bytes) cons
   }
   checked_int(total, "all_gather");
   std::string all(total, '\0');
-  check(MPI_Allgatherv(bytes.data(), counts[static_cast<std::size_t>(rank_)], MPI_BYTE, all.data(), counts.data(),
-                       displs.data(), MPI_BYTE, MPI_COMM_WORLD),
-        "MPI_Allgatherv");
+  run_collective(*this, "all_gather", [&](MPI_Request* request) {
+    return MPI_Iallgatherv(bytes.data(), counts[static_cast<std::size_t>(rank_)], MPI_BYTE, all.data(), counts.data(),
+                           displs.data(), MPI_BYTE, MPI_COMM_WORLD, request);
+  });
   for (std::size_t r = 0; r < out.size(); ++r)
     out[r] = all.substr(static_cast<std::size_t>(displs[r]), static_cast<std::size_t>(counts[r]));
 #endif
   return out;
 }
 
-template <typename T> void Communicator::all_reduce_sum_impl(std::span<T> values) const {
-  if (!distributed() || values.empty()) return;
+void Communicator::all_reduce_sum(std::span<float> values) const {
 #ifdef WEDGE_HAVE_MPI
-  const auto n_ranks = static_cast<std::size_t>(size_);
-  const std::size_t bucket = std::max<std::size_t>(1, kBucketBytes / (sizeof(T) * n_ranks));
-  std::vector<T> gathered(std::min(values.size(), bucket) * n_ranks);
-  for (std::size_t begin = 0; begin < values.size(); begin += bucket) {
-    const std::size_t n = std::min(bucket, values.size() - begin);
-    T* v = values.data() + begin;
-    const int count = checked_int(n, "all_reduce_sum");
-    check(MPI_Allgather(v, count, mpi_type<T>(), gathered.data(), count, mpi_type<T>(), MPI_COMM_WORLD), "MPI_Allgather");
-    // Rank order, the same on every rank: v = ((g0 + g1) + g2) + ...
-    std::copy_n(gathered.data(), n, v);
-    for (std::size_t r = 1; r < n_ranks; ++r) {
-      const T* g = gathered.data() + r * n;
-      for (std::size_t i = 0; i < n; ++i) v[i] += g[i];
-    }
-  }
+  if (distributed()) all_reduce_sum_impl(*this, values);
 #endif
 }
 
-void Communicator::all_reduce_sum(std::span<float> values) const { all_reduce_sum_impl(values); }
-void Communicator::all_reduce_sum(std::span<double> values) const { all_reduce_sum_impl(values); }
+void Communicator::all_reduce_sum(std::span<double> values) const {
+#ifdef WEDGE_HAVE_MPI
+  if (distributed()) all_reduce_sum_impl(*this, values);
+#endif
+}
 
 }  // namespace wedge::dist

@@ -5,7 +5,8 @@
 // MPI behaves exactly like one without it until it is started by mpirun.
 //
 // Every collective here is called by every rank, in the same order; a rank that skips one
-// leaves the others waiting. All of them run on the calling (main) thread.
+// leaves the others waiting, until the timeout below ends the job. All of them run on the
+// calling (main) thread, as nonblocking MPI operations that it polls to their end.
 #pragma once
 
 #include <cstddef>
@@ -60,6 +61,17 @@ class Communicator {
   void all_reduce_sum(std::span<float> values) const;
   void all_reduce_sum(std::span<double> values) const;
 
+  // A collective that waits longer than this for the other ranks (a rank died, hangs or was
+  // stopped) ends the job: this rank prints one line to stderr naming itself, the collective
+  // and the time waited, then aborts every rank (MPI_Abort), so no process waits forever.
+  // 0 waits forever. The default, 600 s, outlasts any one step or checkpoint of the models
+  // wedge trains; the environment variable WEDGE_COMM_TIMEOUT (seconds, a number >= 0; any
+  // other value is an error naming it) replaces it when world() first runs under a
+  // launcher (a process that mpirun did not start ignores it), and set_timeout() after that
+  // replaces both. A negative or non-finite timeout is std::invalid_argument.
+  static void set_timeout(double seconds);
+  static double timeout();
+
   static constexpr std::size_t kBucketBytes = std::size_t{16} << 20;
 
   // Ends MPI after a successful run (a no-op when it never started). A failing rank exits
@@ -69,7 +81,6 @@ class Communicator {
 
  private:
   Communicator(int rank, int size) : rank_(rank), size_(size) {}
-  template <typename T> void all_reduce_sum_impl(std::span<T> values) const;
 
   int rank_ = 0;
   int size_ = 1;
