@@ -3,10 +3,12 @@
 // all_reduce_sum must equal, bit for bit, the sum in rank order that every rank can compute
 // alone from the same generated inputs, on every rank: a buffer longer than one bucket (so
 // the bucketing's seams are crossed, the last bucket short) in float and double; broadcast
-// and all_gather must deliver strings of different lengths. Exits 1 naming the first
-// mismatch; prints one line on rank 0 when all is well.
+// and all_gather must deliver strings of different lengths; set_timeout takes a new timeout
+// and refuses a negative one. Exits 1 naming the first mismatch; prints one line on rank 0
+// when all is well.
 #include <cstdint>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -50,6 +52,18 @@ template <typename T> void check_all_reduce(const Communicator& comm, const char
   }
 }
 
+void check_timeout_setting(const Communicator& comm) {
+  const double before = Communicator::timeout();
+  try {
+    Communicator::set_timeout(-1);
+    fail(comm, "set_timeout(-1) was accepted");
+  } catch (const std::invalid_argument&) {
+  }
+  Communicator::set_timeout(before + 1);
+  if (Communicator::timeout() != before + 1) fail(comm, "set_timeout did not change timeout()");
+  Communicator::set_timeout(before);
+}
+
 }  // namespace
 
 int main() {
@@ -60,6 +74,7 @@ int main() {
   }
   check_all_reduce<float>(comm, "float");
   check_all_reduce<double>(comm, "double");
+  check_timeout_setting(comm);
 
   std::string text = comm.is_root() ? std::string("from rank 0, with a \0 inside", 28) : std::string("stale");
   comm.broadcast(text);
