@@ -118,6 +118,23 @@ template <typename Start> void run_collective(const Communicator& comm, const ch
   wait_for(comm, request, collective);
 }
 
+// out[i] <- the sum over slices lo .. hi - 1 of slice[i], in the tree order of
+// Communicator::tree_mid. The slices, n values each, lie one after another in `slices`,
+// which is scratch: each half's sum lands in its first slice. The one summation of every
+// collective that adds ranks' values, so they all give the same bits.
+template <typename T> void tree_sum(T* slices, std::size_t n, std::size_t lo, std::size_t hi, T* out) {
+  if (hi - lo == 1) {
+    if (out != slices + lo * n) std::copy_n(slices + lo * n, n, out);
+    return;
+  }
+  const std::size_t mid = Communicator::tree_mid(lo, hi);
+  T* left = slices + lo * n;
+  T* right = slices + mid * n;
+  tree_sum(slices, n, lo, mid, left);
+  tree_sum(slices, n, mid, hi, right);
+  for (std::size_t i = 0; i < n; ++i) out[i] = left[i] + right[i];
+}
+
 template <typename T> void all_reduce_sum_impl(const Communicator& comm, std::span<T> values) {
   const auto n_ranks = static_cast<std::size_t>(comm.size());
   const std::size_t bucket = std::max<std::size_t>(1, Communicator::kBucketBytes / (sizeof(T) * n_ranks));
@@ -129,12 +146,7 @@ template <typename T> void all_reduce_sum_impl(const Communicator& comm, std::sp
     run_collective(comm, "all_reduce_sum", [&](MPI_Request* request) {
       return MPI_Iallgather(v, count, mpi_type<T>(), gathered.data(), count, mpi_type<T>(), MPI_COMM_WORLD, request);
     });
-    // Rank order, the same on every rank: v = ((g0 + g1) + g2) + ...
-    std::copy_n(gathered.data(), n, v);
-    for (std::size_t r = 1; r < n_ranks; ++r) {
-      const T* g = gathered.data() + r * n;
-      for (std::size_t i = 0; i < n; ++i) v[i] += g[i];
-    }
+    tree_sum(gathered.data(), n, 0, n_ranks, v);
   }
 }
 #endif

@@ -49,13 +49,22 @@ class Communicator {
   // Every rank's bytes, in rank order, on every rank (lengths may differ between ranks).
   std::vector<std::string> all_gather(const std::string& bytes) const;
 
+  // The one order in which wedge adds N partial sums, over ranks and over a batch's
+  // pieces alike: the range [lo, hi) splits at tree_mid(lo, hi) into [lo, mid) and
+  // [mid, hi), each half is summed the same way, and the two are added, left + right.
+  // N = 2: v0 + v1; N = 3: (v0 + v1) + v2; N = 4: (v0 + v1) + (v2 + v3). When N ranks each
+  // hold a contiguous, equal run of the S pieces and N is a power of two dividing S, every
+  // rank's run is one subtree, so summing locally and then over ranks gives the same bits
+  // as summing all S pieces in one process.
+  static std::size_t tree_mid(std::size_t lo, std::size_t hi) { return lo + (hi - lo + 1) / 2; }
+
   // values <- the sum over ranks of values, element by element.
   //
-  // Deterministic: each rank gathers every rank's values and adds them in rank order,
-  // ((v0 + v1) + v2) + ..., so the result depends neither on timing nor on the network's
-  // reduction tree, and it is bit-identical on every rank. The price is bandwidth: each rank
-  // receives N - 1 copies instead of a ring all-reduce's 2 (N - 1) / N, which is fine for the
-  // 2 - 8 processes of one or two machines and wrong for hundreds. The buffer goes through in
+  // Deterministic: each rank gathers every rank's values and adds them in the tree order
+  // above, so the result depends neither on timing nor on the network's reduction tree, and
+  // it is bit-identical on every rank. The price is bandwidth: each rank receives N - 1
+  // copies instead of a ring all-reduce's 2 (N - 1) / N, which is fine for the 2 - 8
+  // processes of one or two machines and wrong for hundreds. The buffer goes through in
   // buckets of at most kBucketBytes gathered (N slices of kBucketBytes / N), so a large model
   // never needs N full copies of its gradient at once.
   void all_reduce_sum(std::span<float> values) const;

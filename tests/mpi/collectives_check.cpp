@@ -1,13 +1,16 @@
 // Run under `mpirun -np N` (N >= 2): the communicator's collectives on every rank.
 //
-// all_reduce_sum must equal, bit for bit, the sum in rank order that every rank can compute
-// alone from the same generated inputs, on every rank: a buffer longer than one bucket (so
-// the bucketing's seams are crossed, the last bucket short) in float and double; broadcast
-// and all_gather must deliver strings of different lengths; set_timeout takes a new timeout
-// and refuses a negative one. Exits 1 naming the first mismatch; prints one line on rank 0
-// when all is well.
+// all_reduce_sum must equal, bit for bit, the sum in tree order (Communicator::tree_mid)
+// that every rank can compute alone from the same generated inputs, on every rank: a buffer
+// longer than one bucket (so the bucketing's seams are crossed, the last bucket short) in
+// float and double. With 2 or 3 ranks the tree is rank order; with 4 or more it is not, and
+// the inputs must show it (some element where rank order gives other bits). set_timeout
+// takes a new timeout and refuses a negative one. broadcast and all_gather must deliver
+// strings of different lengths. Exits 1 naming the first mismatches; prints one line on
+// rank 0 when all is well.
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -19,7 +22,7 @@ using wedge::dist::Communicator;
 namespace {
 
 // Values of very different magnitudes and signs, so that the order of additions shows in
-// the rounding: any other order than rank order gives other bits somewhere.
+// the rounding: any other order than the tree's gives other bits somewhere.
 template <typename T> T value(int rank, std::size_t i) {
   std::uint64_t x = (static_cast<std::uint64_t>(rank) + 1) * 0x9e3779b97f4a7c15ULL ^ (i * 0xbf58476d1ce4e5b9ULL);
   x ^= x >> 31;
@@ -30,26 +33,67 @@ template <typename T> T value(int rank, std::size_t i) {
   return static_cast<T>(unit * scale);
 }
 
+// The sum over ranks lo .. hi - 1 of element i, as distributed.h defines the tree: split
+// after the first ceil((hi - lo) / 2) ranks, sum each half alike, add left + right. Written
+// out here rather than taken from Communicator::tree_mid, so that a wrong split fails.
+template <typename T> T tree_order(int lo, int hi, std::size_t i) {
+  if (hi - lo == 1) return value<T>(lo, i);
+  const int mid = lo + (hi - lo + 1) / 2;
+  return tree_order<T>(lo, mid, i) + tree_order<T>(mid, hi, i);
+}
+
+template <typename T> T rank_order(int ranks, std::size_t i) {
+  T sum = value<T>(0, i);
+  for (int r = 1; r < ranks; ++r) sum += value<T>(r, i);
+  return sum;
+}
+
+// Every digit that tells two values of T apart.
+template <typename T> std::string exact(T x) {
+  char text[40];
+  std::snprintf(text, sizeof text, "%.*g", std::numeric_limits<T>::max_digits10, static_cast<double>(x));
+  return text;
+}
+
 int failures = 0;
 void fail(const Communicator& comm, const std::string& what) {
   if (failures++ < 5) std::fprintf(stderr, "rank %d: %s\n", comm.rank(), what.c_str());
 }
 
-template <typename T> void check_all_reduce(const Communicator& comm, const char* type) {
-  const std::size_t bucket = Communicator::kBucketBytes / (sizeof(T) * static_cast<std::size_t>(comm.size()));
-  const std::size_t n = 2 * bucket + 17;
-  std::vector<T> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = value<T>(comm.rank(), i);
-  comm.all_reduce_sum(v);
-  for (std::size_t i = 0; i < n; ++i) {
-    T expected = value<T>(0, i);
-    for (int r = 1; r < comm.size(); ++r) expected += value<T>(r, i);
-    if (v[i] != expected) {
-      fail(comm, std::string(type) + " all_reduce_sum: element " + std::to_string(i) + " is " + std::to_string(v[i]) +
-                     ", the sum in rank order is " + std::to_string(expected));
-      break;
+// The elements a rank contributes to a bucket of all_reduce_sum: N of them fill kBucketBytes.
+template <typename T> std::size_t piece(const Communicator& comm) {
+  return Communicator::kBucketBytes / (sizeof(T) * static_cast<std::size_t>(comm.size()));
+}
+
+// Whether values[from, to) holds the tree-order sum; names the first element that does not.
+template <typename T>
+void expect_tree_sums(const Communicator& comm, const std::vector<T>& values, std::size_t from, std::size_t to,
+                      const std::string& what) {
+  for (std::size_t i = from; i < to; ++i) {
+    const T expected = tree_order<T>(0, comm.size(), i);
+    if (values[i] != expected) {
+      fail(comm, what + ": element " + std::to_string(i) + " is " + exact(values[i]) +
+                     ", the sum in tree order is " + exact(expected));
+      return;
     }
   }
+}
+
+template <typename T> std::vector<T> generated(const Communicator& comm, std::size_t n) {
+  std::vector<T> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = value<T>(comm.rank(), i);
+  return v;
+}
+
+template <typename T> void check_all_reduce(const Communicator& comm, const std::string& type) {
+  const std::size_t n = 2 * piece<T>(comm) + 17;
+  std::vector<T> v = generated<T>(comm, n);
+  comm.all_reduce_sum(v);
+  expect_tree_sums(comm, v, 0, n, type + " all_reduce_sum");
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < n; ++i) differ += tree_order<T>(0, comm.size(), i) != rank_order<T>(comm.size(), i);
+  if (comm.size() >= 4 && differ == 0)
+    fail(comm, type + ": the tree order and rank order agree on every element, so this check cannot tell them apart");
 }
 
 void check_timeout_setting(const Communicator& comm) {
@@ -64,6 +108,17 @@ void check_timeout_setting(const Communicator& comm) {
   Communicator::set_timeout(before);
 }
 
+void check_strings(const Communicator& comm) {
+  std::string text = comm.is_root() ? std::string("from rank 0, with a \0 inside", 28) : std::string("stale");
+  comm.broadcast(text);
+  if (text != std::string("from rank 0, with a \0 inside", 28)) fail(comm, "broadcast(string) delivered '" + text + "'");
+
+  const std::vector<std::string> all = comm.all_gather(std::string(static_cast<std::size_t>(comm.rank()) * 3, 'a' + static_cast<char>(comm.rank())));
+  if (all.size() != static_cast<std::size_t>(comm.size())) fail(comm, "all_gather returned " + std::to_string(all.size()) + " parts");
+  for (std::size_t r = 0; r < all.size(); ++r)
+    if (all[r] != std::string(r * 3, 'a' + static_cast<char>(r))) fail(comm, "all_gather part " + std::to_string(r) + " is '" + all[r] + "'");
+}
+
 }  // namespace
 
 int main() {
@@ -75,19 +130,13 @@ int main() {
   check_all_reduce<float>(comm, "float");
   check_all_reduce<double>(comm, "double");
   check_timeout_setting(comm);
-
-  std::string text = comm.is_root() ? std::string("from rank 0, with a \0 inside", 28) : std::string("stale");
-  comm.broadcast(text);
-  if (text != std::string("from rank 0, with a \0 inside", 28)) fail(comm, "broadcast(string) delivered '" + text + "'");
-
-  const std::vector<std::string> all = comm.all_gather(std::string(static_cast<std::size_t>(comm.rank()) * 3, 'a' + static_cast<char>(comm.rank())));
-  if (all.size() != static_cast<std::size_t>(comm.size())) fail(comm, "all_gather returned " + std::to_string(all.size()) + " parts");
-  for (std::size_t r = 0; r < all.size(); ++r)
-    if (all[r] != std::string(r * 3, 'a' + static_cast<char>(r))) fail(comm, "all_gather part " + std::to_string(r) + " is '" + all[r] + "'");
+  check_strings(comm);
 
   comm.barrier();
   if (failures > 0) return 1;
-  if (comm.is_root()) std::printf("collectives: all-reduce (float, double; %d ranks, 3 buckets), broadcast, all-gather ok\n", comm.size());
+  if (comm.is_root())
+    std::printf("collectives: all-reduce in tree order (float, double; %d ranks, 3 buckets), broadcast, all-gather ok\n",
+                comm.size());
   Communicator::finalize();
   return 0;
 }
