@@ -52,6 +52,23 @@ void read_timeout_variable() {
   g_timeout_s = seconds;
 }
 
+// Shard bounds as distributed.h defines them, or std::invalid_argument saying what is wrong.
+void check_bounds(std::span<const std::size_t> bounds, std::size_t n_values, int n_ranks, const char* collective) {
+  const auto expected = static_cast<std::size_t>(n_ranks) + 1;
+  std::string problem;
+  if (bounds.size() != expected)
+    problem = fmt::format("there are {} offsets; there must be one per rank and one more, {}", bounds.size(), expected);
+  else if (bounds.front() != 0)
+    problem = fmt::format("they start at {}; they must start at 0", bounds.front());
+  else if (bounds.back() != n_values)
+    problem = fmt::format("they end at {}; they must end at values.size() = {}", bounds.back(), n_values);
+  else if (auto at = std::adjacent_find(bounds.begin(), bounds.end(), [](std::size_t a, std::size_t b) { return a > b; });
+           at != bounds.end())
+    problem = fmt::format("they decrease: bounds[{}] = {} after bounds[{}] = {}", at - bounds.begin() + 1, at[1],
+                          at - bounds.begin(), at[0]);
+  if (!problem.empty()) throw std::invalid_argument(fmt::format("{}: bad shard bounds: {}", collective, problem));
+}
+
 #ifdef WEDGE_HAVE_MPI
 bool g_mpi_started = false;
 
@@ -135,18 +152,108 @@ template <typename T> void tree_sum(T* slices, std::size_t n, std::size_t lo, st
   for (std::size_t i = 0; i < n; ++i) out[i] = left[i] + right[i];
 }
 
+// How many elements of T one rank contributes to a bucket of all_reduce_sum or a round of
+// the sharded collectives, so that the N ranks' pieces together fit in kBucketBytes. That
+// bound also keeps every count and offset that MPI sees an int.
+static_assert(Communicator::kBucketBytes <= static_cast<std::size_t>(INT_MAX));
+template <typename T> std::size_t piece_elements(int n_ranks) {
+  return std::max<std::size_t>(1, Communicator::kBucketBytes / (sizeof(T) * static_cast<std::size_t>(n_ranks)));
+}
+
 template <typename T> void all_reduce_sum_impl(const Communicator& comm, std::span<T> values) {
   const auto n_ranks = static_cast<std::size_t>(comm.size());
-  const std::size_t bucket = std::max<std::size_t>(1, Communicator::kBucketBytes / (sizeof(T) * n_ranks));
+  const std::size_t bucket = piece_elements<T>(comm.size());
   std::vector<T> gathered(std::min(values.size(), bucket) * n_ranks);
   for (std::size_t begin = 0; begin < values.size(); begin += bucket) {
     const std::size_t n = std::min(bucket, values.size() - begin);
     T* v = values.data() + begin;
-    const int count = checked_int(n, "all_reduce_sum");
     run_collective(comm, "all_reduce_sum", [&](MPI_Request* request) {
+      const int count = static_cast<int>(n);
       return MPI_Iallgather(v, count, mpi_type<T>(), gathered.data(), count, mpi_type<T>(), MPI_COMM_WORLD, request);
     });
     tree_sum(gathered.data(), n, 0, n_ranks, v);
+  }
+}
+
+// The sharded collectives move the shards in rounds: round k carries elements
+// [k * piece, (k + 1) * piece) of every rank's shard (fewer, or none, where a shard ends
+// sooner), packed one rank's piece after another into a buffer of N pieces. So each buffer
+// they take is bounded by kBucketBytes, and every count and offset MPI sees is an int,
+// however long `values` is (offsets into `values` itself could pass INT_MAX). The price is
+// one more pass over the values moved, packing or unpacking them.
+class ShardRounds {
+ public:
+  // `piece`: the most elements of one shard in one round; shorter when every shard is.
+  ShardRounds(std::span<const std::size_t> bounds, std::size_t piece) : bounds_(bounds) {
+    std::size_t longest = 0;
+    for (std::size_t s = 0; s < ranks(); ++s) longest = std::max(longest, bounds[s + 1] - bounds[s]);
+    piece_ = std::min(piece, longest);
+    rounds_ = piece_ == 0 ? 0 : (longest + piece_ - 1) / piece_;
+  }
+  std::size_t ranks() const { return bounds_.size() - 1; }
+  std::size_t rounds() const { return rounds_; }
+  // Elements a packed buffer of one round holds: N pieces.
+  std::size_t buffer_elements() const { return piece_ * ranks(); }
+
+  // Round k: where each rank's piece starts in `values`, how long it is, where it is packed.
+  struct Round {
+    std::vector<std::size_t> first;
+    std::vector<int> counts, packed_at;
+  };
+  Round round(std::size_t k) const {
+    Round r;
+    for (std::size_t s = 0; s < ranks(); ++s) {
+      const std::size_t begin = std::min(bounds_[s] + k * piece_, bounds_[s + 1]);
+      r.first.push_back(begin);
+      r.counts.push_back(static_cast<int>(std::min(piece_, bounds_[s + 1] - begin)));
+      r.packed_at.push_back(static_cast<int>(s * piece_));
+    }
+    return r;
+  }
+
+ private:
+  std::span<const std::size_t> bounds_;
+  std::size_t piece_ = 0, rounds_ = 0;
+};
+
+// Each round sends every rank its piece of this rank's values (MPI_Ialltoallv) and receives
+// every rank's copy of its own piece, N slices one after another, then tree-sums them.
+template <typename T>
+void reduce_scatter_sum_impl(const Communicator& comm, std::span<T> values, std::span<const std::size_t> bounds) {
+  const auto me = static_cast<std::size_t>(comm.rank());
+  const ShardRounds shards(bounds, piece_elements<T>(comm.size()));
+  std::vector<T> send(shards.buffer_elements()), received(shards.buffer_elements());
+  for (std::size_t k = 0; k < shards.rounds(); ++k) {
+    const ShardRounds::Round r = shards.round(k);
+    for (std::size_t s = 0; s < shards.ranks(); ++s)
+      std::copy_n(values.data() + r.first[s], r.counts[s], send.data() + r.packed_at[s]);
+    // From every rank, my piece: counts[me] values each, slice q at q * counts[me].
+    const std::vector<int> mine(shards.ranks(), r.counts[me]);
+    std::vector<int> slice_at(shards.ranks());
+    for (std::size_t q = 0; q < shards.ranks(); ++q) slice_at[q] = static_cast<int>(q) * r.counts[me];
+    run_collective(comm, "reduce_scatter_sum", [&](MPI_Request* request) {
+      return MPI_Ialltoallv(send.data(), r.counts.data(), r.packed_at.data(), mpi_type<T>(), received.data(), mine.data(),
+                            slice_at.data(), mpi_type<T>(), MPI_COMM_WORLD, request);
+    });
+    tree_sum(received.data(), static_cast<std::size_t>(r.counts[me]), 0, shards.ranks(), values.data() + r.first[me]);
+  }
+}
+
+// Each round gathers every rank's piece (MPI_Iallgatherv, sent straight from `values`),
+// packed, then puts the other ranks' pieces in place.
+template <typename T>
+void all_gather_impl(const Communicator& comm, std::span<T> values, std::span<const std::size_t> bounds) {
+  const auto me = static_cast<std::size_t>(comm.rank());
+  const ShardRounds shards(bounds, piece_elements<T>(comm.size()));
+  std::vector<T> gathered(shards.buffer_elements());
+  for (std::size_t k = 0; k < shards.rounds(); ++k) {
+    const ShardRounds::Round r = shards.round(k);
+    run_collective(comm, "all_gather", [&](MPI_Request* request) {
+      return MPI_Iallgatherv(values.data() + r.first[me], r.counts[me], mpi_type<T>(), gathered.data(), r.counts.data(),
+                             r.packed_at.data(), mpi_type<T>(), MPI_COMM_WORLD, request);
+    });
+    for (std::size_t s = 0; s < shards.ranks(); ++s)
+      if (s != me) std::copy_n(gathered.data() + r.packed_at[s], r.counts[s], values.data() + r.first[s]);
   }
 }
 #endif
@@ -291,6 +398,27 @@ void Communicator::all_reduce_sum(std::span<float> values) const {
 void Communicator::all_reduce_sum(std::span<double> values) const {
 #ifdef WEDGE_HAVE_MPI
   if (distributed()) all_reduce_sum_impl(*this, values);
+#endif
+}
+
+void Communicator::reduce_scatter_sum(std::span<float> values, std::span<const std::size_t> bounds) const {
+  check_bounds(bounds, values.size(), size_, "reduce_scatter_sum");
+#ifdef WEDGE_HAVE_MPI
+  if (distributed()) reduce_scatter_sum_impl(*this, values, bounds);
+#endif
+}
+
+void Communicator::all_gather(std::span<float> values, std::span<const std::size_t> bounds) const {
+  check_bounds(bounds, values.size(), size_, "all_gather");
+#ifdef WEDGE_HAVE_MPI
+  if (distributed()) all_gather_impl(*this, values, bounds);
+#endif
+}
+
+void Communicator::all_gather(std::span<double> values, std::span<const std::size_t> bounds) const {
+  check_bounds(bounds, values.size(), size_, "all_gather");
+#ifdef WEDGE_HAVE_MPI
+  if (distributed()) all_gather_impl(*this, values, bounds);
 #endif
 }
 

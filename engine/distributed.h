@@ -70,6 +70,21 @@ class Communicator {
   void all_reduce_sum(std::span<float> values) const;
   void all_reduce_sum(std::span<double> values) const;
 
+  // Shards: `bounds` has size() + 1 non-decreasing offsets, bounds[0] = 0 and
+  // bounds[size()] = values.size(), the same on every rank; rank r's shard is
+  // [bounds[r], bounds[r + 1]) (it may be empty). Other bounds are std::invalid_argument.
+  // Both collectives move the shards in rounds of at most kBucketBytes / N bytes of each
+  // shard, packed into buffers of at most kBucketBytes (reduce_scatter_sum: one to send, one
+  // to receive; all_gather: one to receive), so their memory stays bounded.
+  //
+  // reduce_scatter_sum: this rank's shard of values <- the sum over ranks of that shard,
+  // bit for bit what all_reduce_sum gives there (same tree order); the rest of values is
+  // left unspecified. Each rank receives N - 1 copies of its shard only.
+  void reduce_scatter_sum(std::span<float> values, std::span<const std::size_t> bounds) const;
+  // all_gather: every rank's shard of values, from that rank, lands on every rank (in place).
+  void all_gather(std::span<float> values, std::span<const std::size_t> bounds) const;
+  void all_gather(std::span<double> values, std::span<const std::size_t> bounds) const;
+
   // A collective that waits longer than this for the other ranks (a rank died, hangs or was
   // stopped) ends the job: this rank prints one line to stderr naming itself, the collective
   // and the time waited, then aborts every rank (MPI_Abort), so no process waits forever.

@@ -4,10 +4,11 @@
 // that every rank can compute alone from the same generated inputs, on every rank: a buffer
 // longer than one bucket (so the bucketing's seams are crossed, the last bucket short) in
 // float and double. With 2 or 3 ranks the tree is rank order; with 4 or more it is not, and
-// the inputs must show it (some element where rank order gives other bits). set_timeout
-// takes a new timeout and refuses a negative one. broadcast and all_gather must deliver
-// strings of different lengths. Exits 1 naming the first mismatches; prints one line on
-// rank 0 when all is well.
+// the inputs must show it (some element where rank order gives other bits). reduce_scatter_sum
+// must give each rank that same sum over its shard, and all_gather every rank's shard, for
+// uneven shards: one empty, one longer than a round's piece; bounds that are not shards are
+// refused. broadcast and all_gather must deliver strings of different lengths. Exits 1
+// naming the first mismatches; prints one line on rank 0 when all is well.
 #include <cstdint>
 #include <cstdio>
 #include <limits>
@@ -60,7 +61,8 @@ void fail(const Communicator& comm, const std::string& what) {
   if (failures++ < 5) std::fprintf(stderr, "rank %d: %s\n", comm.rank(), what.c_str());
 }
 
-// The elements a rank contributes to a bucket of all_reduce_sum: N of them fill kBucketBytes.
+// The elements a rank moves per round of a sharded collective, and per bucket of
+// all_reduce_sum: N of them fill kBucketBytes.
 template <typename T> std::size_t piece(const Communicator& comm) {
   return Communicator::kBucketBytes / (sizeof(T) * static_cast<std::size_t>(comm.size()));
 }
@@ -96,6 +98,74 @@ template <typename T> void check_all_reduce(const Communicator& comm, const std:
     fail(comm, type + ": the tree order and rank order agree on every element, so this check cannot tell them apart");
 }
 
+// Uneven shards: rank 1's is empty, the last rank's `last` long, the others' ~1000 and
+// different. The checks take a last shard longer than one round's piece (it goes through
+// in two rounds, the second short) and one shorter than the others (every shard fits in one
+// round, which then moves less than a piece per rank).
+std::vector<std::size_t> uneven_bounds(const Communicator& comm, std::size_t last) {
+  std::vector<std::size_t> bounds{0};
+  for (int r = 0; r < comm.size(); ++r) {
+    const std::size_t length = r == 1 ? 0 : r == comm.size() - 1 ? last : 1000 + 7 * static_cast<std::size_t>(r);
+    bounds.push_back(bounds.back() + length);
+  }
+  return bounds;
+}
+
+void check_reduce_scatter(const Communicator& comm, std::size_t last) {
+  const std::vector<std::size_t> bounds = uneven_bounds(comm, last);
+  std::vector<float> v = generated<float>(comm, bounds.back());
+  comm.reduce_scatter_sum(v, bounds);
+  const auto r = static_cast<std::size_t>(comm.rank());
+  expect_tree_sums(comm, v, bounds[r], bounds[r + 1], "reduce_scatter_sum");
+}
+
+// Each rank fills its own shard, NaN elsewhere; every element must come back from its shard's owner.
+template <typename T> void check_all_gather(const Communicator& comm, const std::string& type, std::size_t last) {
+  const std::vector<std::size_t> bounds = uneven_bounds(comm, last);
+  std::vector<T> v(bounds.back(), std::numeric_limits<T>::quiet_NaN());
+  const auto me = static_cast<std::size_t>(comm.rank());
+  for (std::size_t i = bounds[me]; i < bounds[me + 1]; ++i) v[i] = value<T>(comm.rank(), i);
+  comm.all_gather(std::span<T>(v), bounds);
+  for (int s = 0; s < comm.size(); ++s) {
+    const auto from = bounds[static_cast<std::size_t>(s)], to = bounds[static_cast<std::size_t>(s) + 1];
+    for (std::size_t i = from; i < to; ++i)
+      if (v[i] != value<T>(s, i)) {
+        fail(comm, type + " all_gather: element " + std::to_string(i) + " of rank " + std::to_string(s) + "'s shard is " +
+                       exact(v[i]));
+        return;
+      }
+  }
+}
+
+// Bounds that are not shards of values are refused before any rank communicates.
+void check_bad_bounds(const Communicator& comm) {
+  const auto n = static_cast<std::size_t>(comm.size());
+  std::vector<float> v(10 * n);
+  std::vector<std::size_t> good(n + 1);
+  for (std::size_t r = 0; r <= n; ++r) good[r] = 10 * r;
+  auto with = [&](std::size_t at, std::size_t offset) {
+    std::vector<std::size_t> b = good;
+    b[at] = offset;
+    return b;
+  };
+  const std::vector<std::vector<std::size_t>> bad = {
+      std::vector<std::size_t>(good.begin(), good.end() - 1),  // one offset short
+      with(0, 1),                                              // does not start at 0
+      with(n, 10 * n - 1),                                     // ends short of values.size()
+      with(1, 21),                                             // decreases after bounds[1]
+  };
+  for (const auto& bounds : bad) {
+    for (const bool gather : {false, true}) {
+      try {
+        if (gather) comm.all_gather(std::span<float>(v), bounds);
+        else comm.reduce_scatter_sum(v, bounds);
+        fail(comm, std::string(gather ? "all_gather" : "reduce_scatter_sum") + " accepted bad shard bounds");
+      } catch (const std::invalid_argument&) {
+      }
+    }
+  }
+}
+
 void check_timeout_setting(const Communicator& comm) {
   const double before = Communicator::timeout();
   try {
@@ -129,13 +199,20 @@ int main() {
   }
   check_all_reduce<float>(comm, "float");
   check_all_reduce<double>(comm, "double");
+  for (const std::size_t last : {piece<float>(comm) + 17, std::size_t{5}}) {
+    check_reduce_scatter(comm, last);
+    check_all_gather<float>(comm, "float", last);
+  }
+  for (const std::size_t last : {piece<double>(comm) + 17, std::size_t{5}}) check_all_gather<double>(comm, "double", last);
+  check_bad_bounds(comm);
   check_timeout_setting(comm);
   check_strings(comm);
 
   comm.barrier();
   if (failures > 0) return 1;
   if (comm.is_root())
-    std::printf("collectives: all-reduce in tree order (float, double; %d ranks, 3 buckets), broadcast, all-gather ok\n",
+    std::printf("collectives: all-reduce in tree order (float, double; %d ranks, 3 buckets), reduce-scatter, all-gather "
+                "(uneven shards), broadcast, string all-gather ok\n",
                 comm.size());
   Communicator::finalize();
   return 0;
