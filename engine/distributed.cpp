@@ -1,11 +1,15 @@
 #include "engine/distributed.h"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <thread>
 
 #include <fmt/core.h>
 
@@ -30,6 +34,41 @@ int launcher_size() {
   return 0;
 }
 
+// Seconds a collective waits for the other ranks before it ends the job; 0 waits forever.
+double g_timeout_s = 600;
+
+bool valid_timeout(double seconds) { return std::isfinite(seconds) && seconds >= 0; }
+
+// WEDGE_COMM_TIMEOUT, when set and not empty, replaces the default: a number of seconds,
+// 0 or more.
+void read_timeout_variable() {
+  const char* text = std::getenv("WEDGE_COMM_TIMEOUT");
+  if (text == nullptr || *text == '\0') return;
+  char* end = nullptr;
+  const double seconds = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !valid_timeout(seconds))
+    throw std::invalid_argument(fmt::format(
+        "WEDGE_COMM_TIMEOUT is '{}': it must be a number of seconds, 0 or more (0 waits forever)", text));
+  g_timeout_s = seconds;
+}
+
+// Shard bounds as distributed.h defines them, or std::invalid_argument saying what is wrong.
+void check_bounds(std::span<const std::size_t> bounds, std::size_t n_values, int n_ranks, const char* collective) {
+  const auto expected = static_cast<std::size_t>(n_ranks) + 1;
+  std::string problem;
+  if (bounds.size() != expected)
+    problem = fmt::format("there are {} offsets; there must be one per rank and one more, {}", bounds.size(), expected);
+  else if (bounds.front() != 0)
+    problem = fmt::format("they start at {}; they must start at 0", bounds.front());
+  else if (bounds.back() != n_values)
+    problem = fmt::format("they end at {}; they must end at values.size() = {}", bounds.back(), n_values);
+  else if (auto at = std::adjacent_find(bounds.begin(), bounds.end(), [](std::size_t a, std::size_t b) { return a > b; });
+           at != bounds.end())
+    problem = fmt::format("they decrease: bounds[{}] = {} after bounds[{}] = {}", at - bounds.begin() + 1, at[1],
+                          at - bounds.begin(), at[0]);
+  if (!problem.empty()) throw std::invalid_argument(fmt::format("{}: bad shard bounds: {}", collective, problem));
+}
+
 #ifdef WEDGE_HAVE_MPI
 bool g_mpi_started = false;
 
@@ -50,6 +89,173 @@ int checked_int(std::size_t n, const char* what) {
 template <typename T> MPI_Datatype mpi_type();
 template <> MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
 template <> MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
+
+// A rank that has waited too long ends the job: one line on stderr, then MPI_Abort, which
+// has the launcher end every rank (the one that hangs or was stopped included).
+[[noreturn]] void give_up(const Communicator& comm, const char* collective, double waited_s) {
+  fmt::print(stderr,
+             "wedge: rank {} of {}: no answer from the other ranks within {:g} s in {} (a process died, hangs or was "
+             "stopped); ending the job\n",
+             comm.rank(), comm.size(), waited_s, collective);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);  // MPI_Abort does not return; were it to, this rank still ends
+}
+
+// Waits for the nonblocking collective `request` until it completes or the timeout passes.
+// MPI_Wait could not give up, so this polls MPI_Test: back to back for the first
+// millisecond (the ranks of one step usually meet sooner), then with naps of 100 us
+// growing to 1 ms, so that a rank waiting for a slow one (rank 0 writing a checkpoint)
+// leaves its core to the others. The naps stay short because Open MPI moves a nonblocking
+// collective on only inside MPI calls: a long nap would be a long stall.
+void wait_for(const Communicator& comm, MPI_Request& request, const char* collective) {
+  using Clock = std::chrono::steady_clock;
+  constexpr auto kSpin = std::chrono::milliseconds(1);
+  constexpr std::chrono::microseconds kLongestNap{1000};
+  const double limit_s = Communicator::timeout();
+  const auto start = Clock::now();
+  std::chrono::microseconds nap{100};
+  for (;;) {
+    int done = 0;
+    check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (done != 0) return;
+    const std::chrono::duration<double> waited = Clock::now() - start;
+    if (limit_s > 0 && waited.count() >= limit_s) give_up(comm, collective, limit_s);
+    if (waited < kSpin) continue;
+    std::this_thread::sleep_for(nap);
+    nap = std::min(2 * nap, kLongestNap);
+  }
+}
+
+// Every collective runs this way: `start` begins it nonblocking (MPI_Ibcast, MPI_Iallgather,
+// ...) with the request it is given, then wait_for() sees it through.
+template <typename Start> void run_collective(const Communicator& comm, const char* collective, Start start) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(start(&request), collective);
+  wait_for(comm, request, collective);
+}
+
+// out[i] <- the sum over slices lo .. hi - 1 of slice[i], in the tree order of
+// Communicator::tree_mid. The slices, n values each, lie one after another in `slices`,
+// which is scratch: each half's sum lands in its first slice. The one summation of every
+// collective that adds ranks' values, so they all give the same bits.
+template <typename T> void tree_sum(T* slices, std::size_t n, std::size_t lo, std::size_t hi, T* out) {
+  if (hi - lo == 1) {
+    if (out != slices + lo * n) std::copy_n(slices + lo * n, n, out);
+    return;
+  }
+  const std::size_t mid = Communicator::tree_mid(lo, hi);
+  T* left = slices + lo * n;
+  T* right = slices + mid * n;
+  tree_sum(slices, n, lo, mid, left);
+  tree_sum(slices, n, mid, hi, right);
+  for (std::size_t i = 0; i < n; ++i) out[i] = left[i] + right[i];
+}
+
+// How many elements of T one rank contributes to a bucket of all_reduce_sum or a round of
+// the sharded collectives, so that the N ranks' pieces together fit in kBucketBytes. That
+// bound also keeps every count and offset that MPI sees an int.
+static_assert(Communicator::kBucketBytes <= static_cast<std::size_t>(INT_MAX));
+template <typename T> std::size_t piece_elements(int n_ranks) {
+  return std::max<std::size_t>(1, Communicator::kBucketBytes / (sizeof(T) * static_cast<std::size_t>(n_ranks)));
+}
+
+template <typename T> void all_reduce_sum_impl(const Communicator& comm, std::span<T> values) {
+  const auto n_ranks = static_cast<std::size_t>(comm.size());
+  const std::size_t bucket = piece_elements<T>(comm.size());
+  std::vector<T> gathered(std::min(values.size(), bucket) * n_ranks);
+  for (std::size_t begin = 0; begin < values.size(); begin += bucket) {
+    const std::size_t n = std::min(bucket, values.size() - begin);
+    T* v = values.data() + begin;
+    run_collective(comm, "all_reduce_sum", [&](MPI_Request* request) {
+      const int count = static_cast<int>(n);
+      return MPI_Iallgather(v, count, mpi_type<T>(), gathered.data(), count, mpi_type<T>(), MPI_COMM_WORLD, request);
+    });
+    tree_sum(gathered.data(), n, 0, n_ranks, v);
+  }
+}
+
+// The sharded collectives move the shards in rounds: round k carries elements
+// [k * piece, (k + 1) * piece) of every rank's shard (fewer, or none, where a shard ends
+// sooner), packed one rank's piece after another into a buffer of N pieces. So each buffer
+// they take is bounded by kBucketBytes, and every count and offset MPI sees is an int,
+// however long `values` is (offsets into `values` itself could pass INT_MAX). The price is
+// one more pass over the values moved, packing or unpacking them.
+class ShardRounds {
+ public:
+  // `piece`: the most elements of one shard in one round; shorter when every shard is.
+  ShardRounds(std::span<const std::size_t> bounds, std::size_t piece) : bounds_(bounds) {
+    std::size_t longest = 0;
+    for (std::size_t s = 0; s < ranks(); ++s) longest = std::max(longest, bounds[s + 1] - bounds[s]);
+    piece_ = std::min(piece, longest);
+    rounds_ = piece_ == 0 ? 0 : (longest + piece_ - 1) / piece_;
+  }
+  std::size_t ranks() const { return bounds_.size() - 1; }
+  std::size_t rounds() const { return rounds_; }
+  // Elements a packed buffer of one round holds: N pieces.
+  std::size_t buffer_elements() const { return piece_ * ranks(); }
+
+  // Round k: where each rank's piece starts in `values`, how long it is, where it is packed.
+  struct Round {
+    std::vector<std::size_t> first;
+    std::vector<int> counts, packed_at;
+  };
+  Round round(std::size_t k) const {
+    Round r;
+    for (std::size_t s = 0; s < ranks(); ++s) {
+      const std::size_t begin = std::min(bounds_[s] + k * piece_, bounds_[s + 1]);
+      r.first.push_back(begin);
+      r.counts.push_back(static_cast<int>(std::min(piece_, bounds_[s + 1] - begin)));
+      r.packed_at.push_back(static_cast<int>(s * piece_));
+    }
+    return r;
+  }
+
+ private:
+  std::span<const std::size_t> bounds_;
+  std::size_t piece_ = 0, rounds_ = 0;
+};
+
+// Each round sends every rank its piece of this rank's values (MPI_Ialltoallv) and receives
+// every rank's copy of its own piece, N slices one after another, then tree-sums them.
+template <typename T>
+void reduce_scatter_sum_impl(const Communicator& comm, std::span<T> values, std::span<const std::size_t> bounds) {
+  const auto me = static_cast<std::size_t>(comm.rank());
+  const ShardRounds shards(bounds, piece_elements<T>(comm.size()));
+  std::vector<T> send(shards.buffer_elements()), received(shards.buffer_elements());
+  for (std::size_t k = 0; k < shards.rounds(); ++k) {
+    const ShardRounds::Round r = shards.round(k);
+    for (std::size_t s = 0; s < shards.ranks(); ++s)
+      std::copy_n(values.data() + r.first[s], r.counts[s], send.data() + r.packed_at[s]);
+    // From every rank, my piece: counts[me] values each, slice q at q * counts[me].
+    const std::vector<int> mine(shards.ranks(), r.counts[me]);
+    std::vector<int> slice_at(shards.ranks());
+    for (std::size_t q = 0; q < shards.ranks(); ++q) slice_at[q] = static_cast<int>(q) * r.counts[me];
+    run_collective(comm, "reduce_scatter_sum", [&](MPI_Request* request) {
+      return MPI_Ialltoallv(send.data(), r.counts.data(), r.packed_at.data(), mpi_type<T>(), received.data(), mine.data(),
+                            slice_at.data(), mpi_type<T>(), MPI_COMM_WORLD, request);
+    });
+    tree_sum(received.data(), static_cast<std::size_t>(r.counts[me]), 0, shards.ranks(), values.data() + r.first[me]);
+  }
+}
+
+// Each round gathers every rank's piece (MPI_Iallgatherv, sent straight from `values`),
+// packed, then puts the other ranks' pieces in place.
+template <typename T>
+void all_gather_impl(const Communicator& comm, std::span<T> values, std::span<const std::size_t> bounds) {
+  const auto me = static_cast<std::size_t>(comm.rank());
+  const ShardRounds shards(bounds, piece_elements<T>(comm.size()));
+  std::vector<T> gathered(shards.buffer_elements());
+  for (std::size_t k = 0; k < shards.rounds(); ++k) {
+    const ShardRounds::Round r = shards.round(k);
+    run_collective(comm, "all_gather", [&](MPI_Request* request) {
+      return MPI_Iallgatherv(values.data() + r.first[me], r.counts[me], mpi_type<T>(), gathered.data(), r.counts.data(),
+                             r.packed_at.data(), mpi_type<T>(), MPI_COMM_WORLD, request);
+    });
+    for (std::size_t s = 0; s < shards.ranks(); ++s)
+      if (s != me) std::copy_n(gathered.data() + r.packed_at[s], r.counts[s], values.data() + r.first[s]);
+  }
+}
 #endif
 
 }  // namespace
@@ -80,6 +286,9 @@ const Communicator* Communicator::started() { return g_world; }
 Communicator& Communicator::world() {
   static Communicator* world = [] {
     const int launched = launcher_size();
+    // Only a job under a launcher has collectives to time out. Read before MPI starts, so
+    // that a malformed value is one error and no half-started job.
+    if (launched > 0) read_timeout_variable();
 #ifdef WEDGE_HAVE_MPI
     if (launched > 0) {
       // Only the main thread calls MPI; the thread pool's workers never do.
@@ -104,6 +313,15 @@ Communicator& Communicator::world() {
   return *world;
 }
 
+void Communicator::set_timeout(double seconds) {
+  if (!valid_timeout(seconds))
+    throw std::invalid_argument(
+        fmt::format("communicator timeout of {} s: it must be 0 or more (0 waits forever)", seconds));
+  g_timeout_s = seconds;
+}
+
+double Communicator::timeout() { return g_timeout_s; }
+
 void Communicator::finalize() {
 #ifdef WEDGE_HAVE_MPI
   if (g_mpi_started) {
@@ -114,8 +332,9 @@ void Communicator::finalize() {
 }
 
 void Communicator::barrier() const {
+  if (!distributed()) return;
 #ifdef WEDGE_HAVE_MPI
-  if (distributed()) check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+  run_collective(*this, "barrier", [](MPI_Request* request) { return MPI_Ibarrier(MPI_COMM_WORLD, request); });
 #endif
 }
 
@@ -125,10 +344,11 @@ void Communicator::broadcast(void* data, std::size_t bytes, int root) const {
   // In pieces of at most INT_MAX bytes: one MPI message counts its elements in an int.
   auto* p = static_cast<char*>(data);
   while (bytes > 0) {
-    const std::size_t n = std::min<std::size_t>(bytes, INT_MAX);
-    check(MPI_Bcast(p, static_cast<int>(n), MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
+    const int n = static_cast<int>(std::min<std::size_t>(bytes, INT_MAX));
+    run_collective(*this, "broadcast",
+                   [&](MPI_Request* request) { return MPI_Ibcast(p, n, MPI_BYTE, root, MPI_COMM_WORLD, request); });
     p += n;
-    bytes -= n;
+    bytes -= static_cast<std::size_t>(n);
   }
 #endif
 }
@@ -147,7 +367,9 @@ std::vector<std::string> Communicator::all_gather(const std::string& bytes) cons
 #ifdef WEDGE_HAVE_MPI
   long long mine = static_cast<long long>(bytes.size());
   std::vector<long long> lengths(out.size());
-  check(MPI_Allgather(&mine, 1, MPI_LONG_LONG, lengths.data(), 1, MPI_LONG_LONG, MPI_COMM_WORLD), "MPI_Allgather");
+  run_collective(*this, "all_gather", [&](MPI_Request* request) {
+    return MPI_Iallgather(&mine, 1, MPI_LONG_LONG, lengths.data(), 1, MPI_LONG_LONG, MPI_COMM_WORLD, request);
+  });
   std::vector<int> counts(out.size()), displs(out.size());
   std::size_t total = 0;
   for (std::size_t r = 0; r < out.size(); ++r) {
@@ -157,37 +379,47 @@ std::vector<std::string> Communicator::all_gather(const std::string& bytes) cons
   }
   checked_int(total, "all_gather");
   std::string all(total, '\0');
-  check(MPI_Allgatherv(bytes.data(), counts[static_cast<std::size_t>(rank_)], MPI_BYTE, all.data(), counts.data(),
-                       displs.data(), MPI_BYTE, MPI_COMM_WORLD),
-        "MPI_Allgatherv");
+  run_collective(*this, "all_gather", [&](MPI_Request* request) {
+    return MPI_Iallgatherv(bytes.data(), counts[static_cast<std::size_t>(rank_)], MPI_BYTE, all.data(), counts.data(),
+                           displs.data(), MPI_BYTE, MPI_COMM_WORLD, request);
+  });
   for (std::size_t r = 0; r < out.size(); ++r)
     out[r] = all.substr(static_cast<std::size_t>(displs[r]), static_cast<std::size_t>(counts[r]));
 #endif
   return out;
 }
 
-template <typename T> void Communicator::all_reduce_sum_impl(std::span<T> values) const {
-  if (!distributed() || values.empty()) return;
+void Communicator::all_reduce_sum(std::span<float> values) const {
 #ifdef WEDGE_HAVE_MPI
-  const auto n_ranks = static_cast<std::size_t>(size_);
-  const std::size_t bucket = std::max<std::size_t>(1, kBucketBytes / (sizeof(T) * n_ranks));
-  std::vector<T> gathered(std::min(values.size(), bucket) * n_ranks);
-  for (std::size_t begin = 0; begin < values.size(); begin += bucket) {
-    const std::size_t n = std::min(bucket, values.size() - begin);
-    T* v = values.data() + begin;
-    const int count = checked_int(n, "all_reduce_sum");
-    check(MPI_Allgather(v, count, mpi_type<T>(), gathered.data(), count, mpi_type<T>(), MPI_COMM_WORLD), "MPI_Allgather");
-    // Rank order, the same on every rank: v = ((g0 + g1) + g2) + ...
-    std::copy_n(gathered.data(), n, v);
-    for (std::size_t r = 1; r < n_ranks; ++r) {
-      const T* g = gathered.data() + r * n;
-      for (std::size_t i = 0; i < n; ++i) v[i] += g[i];
-    }
-  }
+  if (distributed()) all_reduce_sum_impl(*this, values);
 #endif
 }
 
-void Communicator::all_reduce_sum(std::span<float> values) const { all_reduce_sum_impl(values); }
-void Communicator::all_reduce_sum(std::span<double> values) const { all_reduce_sum_impl(values); }
+void Communicator::all_reduce_sum(std::span<double> values) const {
+#ifdef WEDGE_HAVE_MPI
+  if (distributed()) all_reduce_sum_impl(*this, values);
+#endif
+}
+
+void Communicator::reduce_scatter_sum(std::span<float> values, std::span<const std::size_t> bounds) const {
+  check_bounds(bounds, values.size(), size_, "reduce_scatter_sum");
+#ifdef WEDGE_HAVE_MPI
+  if (distributed()) reduce_scatter_sum_impl(*this, values, bounds);
+#endif
+}
+
+void Communicator::all_gather(std::span<float> values, std::span<const std::size_t> bounds) const {
+  check_bounds(bounds, values.size(), size_, "all_gather");
+#ifdef WEDGE_HAVE_MPI
+  if (distributed()) all_gather_impl(*this, values, bounds);
+#endif
+}
+
+void Communicator::all_gather(std::span<double> values, std::span<const std::size_t> bounds) const {
+  check_bounds(bounds, values.size(), size_, "all_gather");
+#ifdef WEDGE_HAVE_MPI
+  if (distributed()) all_gather_impl(*this, values, bounds);
+#endif
+}
 
 }  // namespace wedge::dist

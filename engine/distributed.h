@@ -5,7 +5,8 @@
 // MPI behaves exactly like one without it until it is started by mpirun.
 //
 // Every collective here is called by every rank, in the same order; a rank that skips one
-// leaves the others waiting. All of them run on the calling (main) thread.
+// leaves the others waiting, until the timeout below ends the job. All of them run on the
+// calling (main) thread, as nonblocking MPI operations that it polls to their end.
 #pragma once
 
 #include <cstddef>
@@ -48,17 +49,52 @@ class Communicator {
   // Every rank's bytes, in rank order, on every rank (lengths may differ between ranks).
   std::vector<std::string> all_gather(const std::string& bytes) const;
 
+  // The one order in which wedge adds N partial sums, over ranks and over a batch's
+  // pieces alike: the range [lo, hi) splits at tree_mid(lo, hi) into [lo, mid) and
+  // [mid, hi), each half is summed the same way, and the two are added, left + right.
+  // N = 2: v0 + v1; N = 3: (v0 + v1) + v2; N = 4: (v0 + v1) + (v2 + v3). When N ranks each
+  // hold a contiguous, equal run of the S pieces and N is a power of two dividing S, every
+  // rank's run is one subtree, so summing locally and then over ranks gives the same bits
+  // as summing all S pieces in one process.
+  static std::size_t tree_mid(std::size_t lo, std::size_t hi) { return lo + (hi - lo + 1) / 2; }
+
   // values <- the sum over ranks of values, element by element.
   //
-  // Deterministic: each rank gathers every rank's values and adds them in rank order,
-  // ((v0 + v1) + v2) + ..., so the result depends neither on timing nor on the network's
-  // reduction tree, and it is bit-identical on every rank. The price is bandwidth: each rank
-  // receives N - 1 copies instead of a ring all-reduce's 2 (N - 1) / N, which is fine for the
-  // 2 - 8 processes of one or two machines and wrong for hundreds. The buffer goes through in
+  // Deterministic: each rank gathers every rank's values and adds them in the tree order
+  // above, so the result depends neither on timing nor on the network's reduction tree, and
+  // it is bit-identical on every rank. The price is bandwidth: each rank receives N - 1
+  // copies instead of a ring all-reduce's 2 (N - 1) / N, which is fine for the 2 - 8
+  // processes of one or two machines and wrong for hundreds. The buffer goes through in
   // buckets of at most kBucketBytes gathered (N slices of kBucketBytes / N), so a large model
   // never needs N full copies of its gradient at once.
   void all_reduce_sum(std::span<float> values) const;
   void all_reduce_sum(std::span<double> values) const;
+
+  // Shards: `bounds` has size() + 1 non-decreasing offsets, bounds[0] = 0 and
+  // bounds[size()] = values.size(), the same on every rank; rank r's shard is
+  // [bounds[r], bounds[r + 1]) (it may be empty). Other bounds are std::invalid_argument.
+  // Both collectives move the shards in rounds of at most kBucketBytes / N bytes of each
+  // shard, packed into buffers of at most kBucketBytes (reduce_scatter_sum: one to send, one
+  // to receive; all_gather: one to receive), so their memory stays bounded.
+  //
+  // reduce_scatter_sum: this rank's shard of values <- the sum over ranks of that shard,
+  // bit for bit what all_reduce_sum gives there (same tree order); the rest of values is
+  // left unspecified. Each rank receives N - 1 copies of its shard only.
+  void reduce_scatter_sum(std::span<float> values, std::span<const std::size_t> bounds) const;
+  // all_gather: every rank's shard of values, from that rank, lands on every rank (in place).
+  void all_gather(std::span<float> values, std::span<const std::size_t> bounds) const;
+  void all_gather(std::span<double> values, std::span<const std::size_t> bounds) const;
+
+  // A collective that waits longer than this for the other ranks (a rank died, hangs or was
+  // stopped) ends the job: this rank prints one line to stderr naming itself, the collective
+  // and the time waited, then aborts every rank (MPI_Abort), so no process waits forever.
+  // 0 waits forever. The default, 600 s, outlasts any one step or checkpoint of the models
+  // wedge trains; the environment variable WEDGE_COMM_TIMEOUT (seconds, a number >= 0; any
+  // other value is an error naming it) replaces it when world() first runs under a
+  // launcher (a process that mpirun did not start ignores it), and set_timeout() after that
+  // replaces both. A negative or non-finite timeout is std::invalid_argument.
+  static void set_timeout(double seconds);
+  static double timeout();
 
   static constexpr std::size_t kBucketBytes = std::size_t{16} << 20;
 
@@ -69,7 +105,6 @@ class Communicator {
 
  private:
   Communicator(int rank, int size) : rank_(rank), size_(size) {}
-  template <typename T> void all_reduce_sum_impl(std::span<T> values) const;
 
   int rank_ = 0;
   int size_ = 1;
