@@ -1,5 +1,6 @@
 #include "engine/optim.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -35,11 +36,62 @@ bool decays_by_default(const std::string& name, const Tensor& param) {
 
 Adam::Adam(std::vector<std::pair<std::string, Tensor>> params, AdamConfig config, DecayRule decays)
     : config_(config) {
+  std::int64_t offset = 0;
   for (auto& [name, p] : params) {
     if (!p.is_contiguous()) fail("Adam", "parameter '" + name + "' must be contiguous, got " + p.str());
     slots_.push_back({name, p, Tensor::zeros(p.shape(), p.dtype(), p.device()),
-                      Tensor::zeros(p.shape(), p.dtype(), p.device()), !decays || decays(name, p)});
+                      Tensor::zeros(p.shape(), p.dtype(), p.device()), !decays || decays(name, p), offset, 0,
+                      p.numel()});
+    offset += p.numel();
   }
+}
+
+std::int64_t Adam::flat_size() const { return slots_.empty() ? 0 : slots_.back().flat_offset + slots_.back().param.numel(); }
+
+void Adam::keep_shard(std::int64_t begin, std::int64_t end) {
+  if (begin < 0 || end < begin || end > flat_size())
+    fail("Adam::keep_shard", "[" + std::to_string(begin) + ", " + std::to_string(end) + ") is not a range of the " +
+                                 std::to_string(flat_size()) + " parameter elements");
+  for (Slot& s : slots_) {
+    const std::int64_t lo = std::clamp(begin - s.flat_offset, std::int64_t{0}, s.param.numel());
+    const std::int64_t hi = std::clamp(end - s.flat_offset, std::int64_t{0}, s.param.numel());
+    s.first = lo;
+    s.kept = hi - lo;
+    s.m = Tensor::zeros({s.kept}, s.param.dtype(), s.param.device());
+    s.v = Tensor::zeros({s.kept}, s.param.dtype(), s.param.device());
+  }
+  sharded_ = true;
+}
+
+void Adam::check_flat(std::size_t m_size, std::size_t v_size, const char* op) const {
+  const auto n = static_cast<std::size_t>(flat_size());
+  if (m_size != n || v_size != n)
+    fail(op, "the flat moments hold " + std::to_string(m_size) + " and " + std::to_string(v_size) + " elements; the " +
+                 "parameters have " + std::to_string(n));
+  for (const Slot& s : slots_)
+    if (s.param.dtype() != DType::F32) fail(op, "parameter '" + s.name + "' is " + s.param.str() + "; only float32 is supported");
+}
+
+void Adam::export_moments(std::span<float> m, std::span<float> v) const {
+  check_flat(m.size(), v.size(), "Adam::export_moments");
+  for (const Slot& s : slots_) {
+    const auto at = static_cast<std::size_t>(s.flat_offset + s.first), n = static_cast<std::size_t>(s.kept);
+    const std::vector<float> mh = s.m.to_vector<float>(), vh = s.v.to_vector<float>();
+    std::copy_n(mh.begin(), n, m.begin() + static_cast<std::ptrdiff_t>(at));
+    std::copy_n(vh.begin(), n, v.begin() + static_cast<std::ptrdiff_t>(at));
+  }
+}
+
+void Adam::import_moments(std::span<const float> m, std::span<const float> v, std::int64_t step) {
+  check_flat(m.size(), v.size(), "Adam::import_moments");
+  for (Slot& s : slots_) {
+    const auto at = static_cast<std::ptrdiff_t>(s.flat_offset + s.first);
+    for (auto [from, to] : {std::pair{m, &s.m}, std::pair{v, &s.v}}) {
+      const std::vector<float> part(from.begin() + at, from.begin() + at + s.kept);
+      to->copy_(Tensor::from_vector(part, to->shape()).to(to->device()));
+    }
+  }
+  step_ = step;
 }
 
 bool Adam::decayed(const std::string& name) const {
@@ -83,13 +135,14 @@ void Adam::step(double grad_scale) {
     for (Slot& s : slots_) {
       if (!same_group(*lead_slot, s)) continue;
       Tensor g = s.param.grad();
-      if (!g.defined()) continue;
+      if (!g.defined() || s.kept == 0) continue;
       grads.push_back(g.contiguous());
       const Tensor& gc = grads.back();
       if (lead->dtype() == DType::F32)
-        f32.push_back({s.param.data<float>(), gc.data<float>(), s.m.data<float>(), s.v.data<float>(), s.param.numel()});
+        f32.push_back({s.param.data<float>() + s.first, gc.data<float>() + s.first, s.m.data<float>(), s.v.data<float>(), s.kept});
       else
-        f64.push_back({s.param.data<double>(), gc.data<double>(), s.m.data<double>(), s.v.data<double>(), s.param.numel()});
+        f64.push_back({s.param.data<double>() + s.first, gc.data<double>() + s.first, s.m.data<double>(), s.v.data<double>(),
+                       s.kept});
     }
     adam_group(hp, f32, *lead);
     adam_group(hp, f64, *lead);
@@ -101,6 +154,7 @@ void Adam::zero_grad() {
 }
 
 std::map<std::string, Tensor> Adam::state_tensors() const {
+  if (sharded_) fail("Adam::state_tensors", "a sharded optimizer holds part of the moments; gather them with export_moments");
   std::map<std::string, Tensor> out;
   for (const Slot& s : slots_) {
     out[s.name + ".adam_m"] = s.m;
@@ -110,6 +164,7 @@ std::map<std::string, Tensor> Adam::state_tensors() const {
 }
 
 void Adam::load_state(const std::map<std::string, Tensor>& tensors, std::int64_t step) {
+  if (sharded_) fail("Adam::load_state", "a sharded optimizer loads its part of the moments with import_moments");
   for (Slot& s : slots_) {
     for (auto* which : {&s.m, &s.v}) {
       const std::string key = s.name + (which == &s.m ? ".adam_m" : ".adam_v");

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,19 +53,38 @@ class Adam {
   std::int64_t steps() const { return step_; }
   const AdamConfig& config() const { return config_; }
 
-  // "<name>.adam_m" / "<name>.adam_v" for every parameter; and the step count.
+  // "<name>.adam_m" / "<name>.adam_v" for every parameter; and the step count. (Not for a
+  // sharded optimizer, which holds only part of them: see export_moments.)
   std::map<std::string, Tensor> state_tensors() const;
   void load_state(const std::map<std::string, Tensor>& tensors, std::int64_t step);
+
+  // ZeRO stage 1, one rank's part of a data-parallel optimizer. Lay the parameters end to
+  // end in their order (element i of a parameter at that parameter's offset + i): from now
+  // on this optimizer keeps first and second moments for elements [begin, end) only, and
+  // step() updates only them; the other elements are other ranks' to update. The moments
+  // restart at zero (import_moments loads them). A shard may cut a parameter anywhere.
+  void keep_shard(std::int64_t begin, std::int64_t end);
+  // All parameters' elements laid end to end as above.
+  std::int64_t flat_size() const;
+  // The moments of the elements this optimizer keeps (all of them, unless sharded), at
+  // their places in the flat layout; export leaves the other elements of m and v alone,
+  // import reads only its own. float32 parameters only.
+  void export_moments(std::span<float> m, std::span<float> v) const;
+  void import_moments(std::span<const float> m, std::span<const float> v, std::int64_t step);
 
  private:
   struct Slot {
     std::string name;
-    Tensor param, m, v;
+    Tensor param, m, v;  // m and v: the parameter's shape, or 1-D over the kept elements
     bool decay = true;
+    std::int64_t flat_offset = 0;      // where the parameter starts in the flat layout
+    std::int64_t first = 0, kept = 0;  // the elements [first, first + kept) this optimizer updates
   };
+  void check_flat(std::size_t m_size, std::size_t v_size, const char* op) const;
   std::vector<Slot> slots_;
   AdamConfig config_;
   std::int64_t step_ = 0;
+  bool sharded_ = false;
 };
 
 // The global L2 norm of all gradients (parameters without one are skipped).

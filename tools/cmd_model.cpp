@@ -26,8 +26,8 @@ namespace wedge::tools {
 namespace {
 
 std::string describe(const models::LMConfig& c) {
-  std::string s = fmt::format("{}: {} layers, d {}, d_ff {}, block {}, vocabulary {}", c.model,
-                              c.layers, c.d_model, c.d_ff, c.block, c.vocab_size);
+  std::string s = fmt::format("{}: {} layers, d {}, {}block {}, vocabulary {}", c.model, c.layers, c.d_model,
+                              c.model == "sheaf" ? "" : fmt::format("d_ff {}, ", c.d_ff), c.block, c.vocab_size);
   if (c.model == "transformer") s += fmt::format(", {} heads", c.heads);
   if (c.model == "grassmann") {
     s += fmt::format(", r {}, ", c.rank);

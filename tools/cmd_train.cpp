@@ -150,6 +150,21 @@ void register_train(CLI::App& app) {
   cmd->add_option("--log-every", st->log_every, "Print a progress line every N steps")->capture_default_str();
   cmd->add_option("--stop-after", st->stop_after, "End this invocation after N steps with a checkpoint, as Ctrl-C would")->capture_default_str();
   cmd->add_option("--threads", st->threads, "CPU threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--micro-batch", st->micro_batch,
+                  "Rows per piece of a batch: each piece runs forward and backward on its own and the gradients add up "
+                  "(gradient accumulation; 0: one piece per process)")
+      ->capture_default_str();
+  cmd->add_flag("--deterministic", st->deterministic,
+                "Sum the pieces' gradients in a fixed tree order: with the same --micro-batch, 1, 2, 4, ... processes "
+                "give bit-identical weights");
+  cmd->add_option("--zero", st->zero,
+                  "Under mpirun: 1 shards the AdamW moments over the processes (ZeRO stage 1), each updating its shard; "
+                  "the same weights as 0, with 1/N of the optimizer memory each")
+      ->check(CLI::IsMember({0, 1}))
+      ->capture_default_str();
+  cmd->add_option("--comm-timeout", st->comm_timeout,
+                  "Under mpirun: seconds a process waits for the others in a collective before ending the job "
+                  "(default 600, or WEDGE_COMM_TIMEOUT; 0: forever)");
   cmd->add_option("--out", st->out, "Run directory (checkpoints, config, metrics)")->required();
   cmd->add_option("--device", st->device, "cpu or cuda[:N]")->capture_default_str();
   cmd->add_option("--precision", st->precision, "Precision of the matrix products: fp32, or bf16 (mixed precision: GEMM operands rounded to bfloat16, fp32 accumulation, fp32 weights, optimizer and every other op)" " (a resumed run keeps its own)")
@@ -202,6 +217,8 @@ void register_train(CLI::App& app) {
                               {"final_val_ppl", r.final_val_ppl},
                               {"best_val_ppl", r.best_val_ppl},
                               {"tokens_per_s", r.tokens_per_s},
+                              {"comm_share", r.comm_share},
+                              {"comm_bytes_per_step", r.comm_bytes_per_step},
                               {"parameters", r.parameters},
                               {"interrupted", r.interrupted}};
     if (st->json) fmt::print("{}\n", j.dump());

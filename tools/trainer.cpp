@@ -29,6 +29,7 @@
 #include "models/sheaf.h"
 #include "models/tied_embedding_lm.h"
 #include "ops/ops.h"
+#include "tools/data_parallel.h"
 #include "tools/run_folder.h"
 #include "tools/training_support.h"
 
@@ -57,6 +58,8 @@ nlohmann::json TrainSettings::to_json() const {
           {"clip", clip},
           {"seed", seed},
           {"max_steps", max_steps},
+          {"micro_batch", micro_batch},
+          {"deterministic", deterministic},
           {"eval_every", eval_every},
           {"device", device},
           {"precision", precision}};
@@ -255,15 +258,9 @@ void adopt_recorded_settings(TrainSettings& st, const nlohmann::json& t, const T
   st.eval_every = json_field(t, "eval_every", st.eval_every);
   // runs from before mixed precision were fp32
   st.precision = json_field(t, "precision", std::string("fp32"));
-}
-
-// Data parallelism: every rank takes an equal share of each batch's rows.
-void check_batch_split(const TrainSettings& st, const dist::Communicator& comm, const std::string& config_file) {
-  if (!comm.distributed() || st.batch % comm.size() == 0) return;
-  const std::string name = config_file.empty() ? std::string("--batch") : config_file + ": train.batch";
-  throw std::invalid_argument(fmt::format("{} is {}, not divisible by the {} processes of this run: each process takes an "
-                                          "equal slice of every batch (--batch is the whole batch, over all processes)",
-                                          name, st.batch, comm.size()));
+  // runs from before micro-batches took one piece per process, summed in any order
+  st.micro_batch = json_field(t, "micro_batch", std::int64_t{0});
+  st.deterministic = json_field(t, "deterministic", false);
 }
 
 // A tensor's values from rank 0 on every rank (in place).
@@ -271,55 +268,6 @@ void broadcast_tensor(const dist::Communicator& comm, Tensor& t) {
   Tensor host = t.to(Device::cpu()).contiguous();
   comm.broadcast(host.raw_data(), static_cast<std::size_t>(host.numel()) * dtype_size(host.dtype()));
   if (!comm.is_root() && !host.same(t)) t.copy_(host.to(t.device()));
-}
-
-// Sums every parameter's gradient over the ranks (in float32, in rank order, so every rank
-// ends with the same bits and applies the same update). A parameter that no rank reached
-// keeps no gradient, as in one process, so the optimizer skips it there too; one that some
-// rank reached gets the sum, a rank without a gradient for it adding zeros.
-void all_reduce_gradients(const dist::Communicator& comm, const Module& model) {
-  if (!comm.distributed()) return;
-  const std::vector<Tensor> params = model.parameters();
-  std::size_t total = params.size();  // one "has a gradient" flag per parameter, after the values
-  for (const Tensor& p : params) total += static_cast<std::size_t>(p.numel());
-  std::vector<float> flat(total, 0.0f);
-  std::size_t at = 0;
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const Tensor g = params[i].grad();
-    if (g.defined()) {
-      const std::vector<float> v = g.to(Device::cpu()).to(DType::F32).to_vector<float>();
-      std::copy(v.begin(), v.end(), flat.begin() + static_cast<std::ptrdiff_t>(at));
-      flat[total - params.size() + i] = 1.0f;
-    }
-    at += static_cast<std::size_t>(params[i].numel());
-  }
-  comm.all_reduce_sum(flat);
-  at = 0;
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    Tensor p = params[i];
-    const auto n = static_cast<std::ptrdiff_t>(p.numel());
-    if (flat[total - params.size() + i] > 0) {
-      std::vector<float> v(flat.begin() + static_cast<std::ptrdiff_t>(at), flat.begin() + static_cast<std::ptrdiff_t>(at) + n);
-      p.set_grad(Tensor::from_vector(v, p.shape()).to(p.dtype()).to(p.device()));
-    }
-    at += static_cast<std::size_t>(n);
-  }
-}
-
-// A rank's contiguous slice of a batch's rows: batch / N rows each; an epoch's short last
-// batch gives ceil(rows / N) to each rank from rank 0 on, so the last ranks may get none.
-struct RowSlice {
-  std::size_t first = 0, rows = 0;
-  bool some_rank_idle = false;
-};
-RowSlice row_slice(std::size_t rows, const dist::Communicator& comm) {
-  const auto n = static_cast<std::size_t>(comm.size()), r = static_cast<std::size_t>(comm.rank());
-  const std::size_t chunk = (rows + n - 1) / n;
-  RowSlice s;
-  s.first = std::min(rows, r * chunk);
-  s.rows = std::min(rows, s.first + chunk) - s.first;
-  s.some_rank_idle = chunk * (n - 1) >= rows;
-  return s;
 }
 
 // Rows [first, first + count) of a batch.
@@ -355,6 +303,10 @@ void TrainSettings::validate(const std::string& config_file) const {
   if (max_steps == 0 || max_steps < -1) bad("--max-steps", "-1 (no limit) or at least 1", max_steps);
   if (eval_every == 0 || eval_every < -1) bad("--eval-every", "-1 (at epoch ends only) or at least 1", eval_every);
   if (stop_after == 0 || stop_after < -1) bad("--stop-after", "-1 (no limit) or at least 1", stop_after);
+  if (micro_batch < 0) bad("--micro-batch", "0 (one piece per process) or at least 1", micro_batch);
+  if (zero != 0 && zero != 1) bad("--zero", "0 or 1", zero);
+  if (!(comm_timeout >= 0 || comm_timeout == -1))
+    throw std::invalid_argument(fmt::format("{} is {}; it must be at least 0 (0: wait forever)", name("--comm-timeout"), comm_timeout));
   if (precision != "fp32" && precision != "bf16")
     throw std::invalid_argument(fmt::format("{} is '{}'; it must be fp32 or bf16", name("--precision"), precision));
 }
@@ -366,7 +318,10 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   const std::string out = st.out;
   // Under mpirun: this process is one rank of a data-parallel run; otherwise the only one.
   const dist::Communicator& comm = dist::Communicator::world();
-  if (!st.resume) check_batch_split(st, comm, "");
+  if (st.comm_timeout >= 0) dist::Communicator::set_timeout(st.comm_timeout);
+  // How each batch is cut into pieces and shared among the ranks (checked before the run
+  // folder is made; a resumed run's own settings are checked again once read).
+  PiecePlan plan = PiecePlan::make(st.batch, st.micro_batch, st.deterministic, comm, "");
   // "All cores" for each of several ranks on one machine would put k ranks x all cores on
   // its cores; without --threads or WEDGE_NUM_THREADS each rank takes its share instead.
   if (st.threads == 0 && comm.distributed() && std::getenv("WEDGE_NUM_THREADS") == nullptr &&
@@ -392,7 +347,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
       throw std::runtime_error("train --resume: cannot read " + config_path + ": " + e.what());
     }
     st.validate(config_path);
-    check_batch_split(st, comm, config_path);
+    plan = PiecePlan::make(st.batch, st.micro_batch, st.deterministic, comm, config_path);
   }
   if (st.corpus.data == "synthetic") st.corpus.data.clear();
   st.corpus.seed = st.seed;
@@ -437,8 +392,11 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   model->to(device);
   model->train();
   const std::int64_t n_params = model->num_parameters();
-  say(fmt::format("model: {} - {} layers, d {}, d_ff {}, {} parameters, on {}, {}", config.model, config.layers,
-                  config.d_model, config.d_ff, n_params, device.str(), precision_description(precision, device)));
+  // SheafStateLM has no feed-forward of width d_ff: its experts' width is expert_d_ff.
+  const std::string ff = config.model == "sheaf" ? fmt::format("{} experts of d_ff {}", config.types, config.expert_d_ff)
+                                                 : fmt::format("d_ff {}", config.d_ff);
+  say(fmt::format("model: {} - {} layers, d {}, {}, {} parameters, on {}, {}", config.model, config.layers,
+                  config.d_model, ff, n_params, device.str(), precision_description(precision, device)));
 
   const data::LmBatcher batcher(corpus.train, static_cast<std::size_t>(st.block), static_cast<std::size_t>(st.batch), 0);
   const auto per_epoch = static_cast<std::int64_t>(batcher.train_batches_per_epoch());
@@ -449,12 +407,16 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   if (st.max_steps >= 0) total_steps = std::min(total_steps, st.max_steps);
   if (st.max_steps >= 0 && st.max_steps > per_epoch * st.epochs) total_steps = st.max_steps;
   Adam opt = make_adamw(*model, st.lr, st.weight_decay);
+  // The gradient's way from the pieces of a batch over the ranks to the update (under ZeRO-1
+  // this shards the optimizer's moments at once).
+  GradientSync sync(comm, model->named_parameters(), opt, st.deterministic, st.zero == 1);
   const LrSchedule sched = warmup_cosine(st.lr, st.warmup, total_steps, st.min_lr_ratio);
   const std::int64_t warmup = sched.warmup_steps;
 
   Generator* dropout_gen = dropout_generator(*model);
   std::int64_t step = 0;
   double best_ppl = INFINITY, last_ppl = NAN, elapsed_before = 0;
+  std::map<std::string, Tensor> resumed_moments;  // rank 0's, from the checkpoint
 
   if (st.resume && run) {
     const std::string last = "last.safetensors";
@@ -462,7 +424,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     const std::string path = run->file(last);
     load_parameters(*model, ck, path);
     step = metadata_int(ck, "step", path);
-    opt.load_state(ck.tensors, step);
+    resumed_moments = ck.tensors;
     best_ppl = metadata_double(ck, "best_val_ppl", path);
     elapsed_before = metadata_double(ck, "elapsed_s", path);
     if (dropout_gen != nullptr)
@@ -475,12 +437,8 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   if (comm.distributed()) {
     // Every rank starts from rank 0's state: its parameters (a fresh run's are the same on
     // every rank already, from the seed; sending them costs little and rules out any
-    // difference), and a resumed run's optimizer moments, counters and dropout stream.
-    std::vector<Tensor> shared = model->parameters();
-    std::map<std::string, Tensor> moments = opt.state_tensors();
-    if (st.resume)
-      for (auto& [name, t] : moments) shared.push_back(t);
-    for (Tensor& t : shared) broadcast_tensor(comm, t);
+    // difference), and a resumed run's counters and dropout stream (and moments, below).
+    for (Tensor& t : model->parameters()) broadcast_tensor(comm, t);
     comm.broadcast(&step, sizeof step);
     comm.broadcast(&best_ppl, sizeof best_ppl);
     comm.broadcast(&elapsed_before, sizeof elapsed_before);
@@ -489,16 +447,25 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
       comm.broadcast(state.data(), sizeof state);
       dropout_gen->set_state(state[0], state[1]);
     }
-    if (st.resume && !comm.is_root()) {
-      for (auto& [name, t] : moments) t = t.clone();
-      opt.load_state(moments, step);
-    }
     say(fmt::format("ranks: {} processes (MPI), each computing {} rows of every batch of {} on {} threads; gradients "
-                    "summed over them before each update",
-                    comm.size(), st.batch / comm.size(), st.batch, num_threads()));
+                    "summed over them before each update{}",
+                    comm.size(), st.batch / comm.size(), st.batch, num_threads(),
+                    st.zero == 1 ? fmt::format("; ZeRO-1: each keeps the optimizer state of {} of the {} parameters",
+                                               sync.shard_end() - sync.shard_begin(), sync.flat_size())
+                                 : ""));
   }
+  if (st.resume) sync.scatter_moments(resumed_moments, step);
+  resumed_moments.clear();
+  if (plan.pieces > comm.size() || st.deterministic)
+    say(fmt::format("pieces: every batch in {} pieces of {} rows, {} per process, forward and backward one at a time; their "
+                    "gradients summed {}",
+                    plan.pieces, plan.rows_per_piece, plan.last - plan.first,
+                    st.deterministic ? "in a fixed tree order (--deterministic: the same bits for 1, 2, 4, ... processes)"
+                                     : "as they come"));
 
   auto save_checkpoint = [&](const std::string& name, bool with_optimizer) {
+    // Every rank takes part: under ZeRO-1 each holds a shard of the optimizer's moments.
+    std::map<std::string, Tensor> moments = with_optimizer ? sync.gather_moments() : std::map<std::string, Tensor>{};
     if (!run) return;  // rank 0 writes the run's checkpoints
     std::map<std::string, Tensor> tensors = parameter_map(*model);
     std::map<std::string, std::string> meta = {
@@ -510,8 +477,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
       meta["dropout_seed"] = std::to_string(dropout_gen->seed());
       meta["dropout_offset"] = std::to_string(dropout_gen->offset());
     }
-    if (with_optimizer)
-      for (auto& [k, v] : opt.state_tensors()) tensors[k] = v;
+    tensors.merge(moments);
     run->save_checkpoint(name, tensors, meta, step);
   };
 
@@ -567,8 +533,8 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   struct PendingLoss {
     std::int64_t step, epoch;
     double lr;
-    Tensor loss;        // this rank's mean over its predicted tokens (undefined: it had no rows)
-    double share = 1.0;  // this rank's share of the batch's predicted tokens
+    Tensor loss;        // this rank's part of the batch's mean loss (undefined: it had no rows)
+    double share = 1.0;  // 1, or 0 when it had no rows
   };
   std::vector<PendingLoss> pending;
   const bool defer_loss_reads = !device.is_cpu();
@@ -576,7 +542,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     for (const PendingLoss& p : pending) {
       loss_value = p.loss.defined() ? p.loss.item() : 0.0;
       if (comm.distributed()) {
-        // The batch's loss: the ranks' means, each weighted by its share of the tokens.
+        // The batch's loss: the sum of the ranks' parts.
         double v = p.share > 0 ? loss_value * p.share : 0.0;
         comm.all_reduce_sum(std::span<double>(&v, 1));
         loss_value = v;
@@ -600,7 +566,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   const double peak_gflops = device.is_cpu() && comm.is_root() ? kernels::measured_gemm_peak_gflops(precision, num_threads(), 2'000'000) : 0;
   if (peak_gflops > 0) say(fmt::format("peak: {:.0f} GFLOP/s measured for {} GEMMs on {} threads", peak_gflops,
                                        precision_name(precision), num_threads()));
-  double window_flops = 0;
+  double window_flops = 0, window_comm_from = 0;
 
   while (step < total_steps) {
     const std::int64_t e = step / per_epoch;
@@ -611,54 +577,67 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     const auto t0 = Clock::now();
     const std::uint64_t flops0 = ops::matmul_flops();
     const data::LmBatch whole = batcher.train_batch(order, static_cast<std::size_t>(step % per_epoch));
-    // This rank's rows of the batch (all of them in one process). Its loss is scaled by its
-    // share of the batch's predicted tokens, so that the ranks' losses, and so their
-    // gradients, sum to the loss one process would compute over the whole batch. (A model's
-    // auxiliary loss is scaled alike, which is exact only for a mean over rows: SheafStateLM's
-    // expert balance is not one, so that model follows one process only approximately.)
-    const RowSlice slice = row_slice(whole.rows, comm);
-    const data::LmBatch b = slice_batch(whole, slice.first, slice.rows);
-    const double loss_share = static_cast<double>(b.predicted_tokens) / static_cast<double>(whole.predicted_tokens);
-    const auto rows = static_cast<std::int64_t>(b.rows), tokens_this_step = rows * st.block;
     const auto batch_tokens = static_cast<std::int64_t>(whole.rows) * st.block;
-    Tensor x = Tensor::from_vector(b.inputs, {rows, st.block}).to(device);
-    Tensor y = Tensor::from_vector(b.targets, {rows * st.block}).to(device);
     const double lr = sched.at(step);
     opt.set_lr(lr);
-    // Each rank draws the dropout masks one process would draw for its rows.
-    if (dropout_gen != nullptr && comm.distributed() && rows > 0)
-      dropout_gen->set_batch_slice(slice.first, slice.rows, whole.rows);
-    if (rows == 0) {
-      // An epoch's short last batch left this rank no rows: it adds nothing to the gradient
-      // but still joins the sum and applies the same update.
-      all_reduce_gradients(comm, *model);
-      opt.step(clip_scale(grad_norm(model->parameters()), st.clip));
-      opt.zero_grad();
-      pending.push_back({step + 1, epoch, lr, Tensor(), 0.0});
-    } else {
-      // course 21 begin: one training step: forward, the loss, backward, clip the gradient's norm, the AdamW update
-      Tensor logits = model->forward(x);
-      Tensor loss = ops::cross_entropy(ops::reshape(logits, {tokens_this_step, -1}), y, data::kIgnoreTarget);
-      // The logged loss is the cross-entropy; a model's auxiliary terms (SheafStateLM's gluing
-      // energy and expert balance) join it only in the gradient.
-      const Tensor aux = model->auxiliary_loss();
-      const Tensor objective = aux.defined() ? loss + aux : loss;
-      // Several processes: each backpropagates its share (loss_share is 1 in one process).
-      (loss_share == 1.0 ? objective : objective * loss_share).backward();
-      pending.push_back({step + 1, epoch, lr, loss.detach(), loss_share});
-      logits = Tensor();
-      loss = Tensor();
-      // Several processes: their gradients summed, so each applies the same update.
-      all_reduce_gradients(comm, *model);
+    const std::uint64_t draws_from = dropout_gen != nullptr ? dropout_gen->offset() : 0;
+    Tensor weighted_loss;  // this rank's pieces' mean losses, each weighted by its share
+    // The rows of piece k of the batch (an epoch's short last batch may leave a piece none),
+    // on the device. Its loss is scaled by its share of the batch's predicted tokens, so that
+    // the pieces' losses, and so their gradients, sum to the loss of the whole batch at once.
+    // (A model's auxiliary loss is scaled alike, which is exact only for a mean over rows:
+    // SheafStateLM's expert balance is not one, so with several pieces that model follows
+    // one piece per batch only approximately.)
+    struct Piece {
+      Tensor x, y;
+      std::int64_t tokens = 0;
+      double share = 0;
+    };
+    auto piece = [&](std::int64_t k) {
+      const std::int64_t begin = plan.piece_begin(k, static_cast<std::int64_t>(whole.rows));
+      const std::int64_t rows = plan.piece_end(k, static_cast<std::int64_t>(whole.rows)) - begin;
+      Piece p;
+      if (rows == 0) return p;
+      const data::LmBatch b = slice_batch(whole, static_cast<std::size_t>(begin), static_cast<std::size_t>(rows));
+      p.x = Tensor::from_vector(b.inputs, {rows, st.block}).to(device);
+      p.y = Tensor::from_vector(b.targets, {rows * st.block}).to(device);
+      p.tokens = rows * st.block;
+      p.share = static_cast<double>(b.predicted_tokens) / static_cast<double>(whole.predicted_tokens);
+      // The dropout masks one piece of the whole batch would draw for these rows.
+      if (dropout_gen != nullptr && plan.pieces > 1) {
+        dropout_gen->set_state(dropout_gen->seed(), draws_from);
+        dropout_gen->set_batch_slice(static_cast<std::uint64_t>(begin), static_cast<std::uint64_t>(rows), whole.rows);
+      }
+      return p;
+    };
+    {
+      // course 21 begin: one training step: forward, the loss and backward of each piece of the batch, clip the gradient's norm, the AdamW update
+      auto run_piece = [&](std::int64_t k) {
+        const Piece p = piece(k);
+        if (p.tokens == 0) return;  // no rows: adds nothing to the gradient
+        Tensor logits = model->forward(p.x);
+        Tensor loss = ops::cross_entropy(ops::reshape(logits, {p.tokens, -1}), p.y, data::kIgnoreTarget);
+        // The logged loss is the cross-entropy; a model's auxiliary terms (SheafStateLM's
+        // gluing energy and expert balance) join it only in the gradient.
+        const Tensor aux = model->auxiliary_loss();
+        const Tensor objective = aux.defined() ? loss + aux : loss;
+        (p.share == 1.0 ? objective : objective * p.share).backward();
+        const Tensor part = p.share == 1.0 ? loss.detach() : loss.detach() * p.share;
+        weighted_loss = weighted_loss.defined() ? weighted_loss + part : part;
+      };
+      // The pieces' gradients, summed over this rank's pieces and over the ranks; its norm.
+      const double norm = sync.accumulate(plan.first, plan.last, run_piece);
       // Clipping is folded into the update: one norm, then one pass over the parameters.
-      opt.step(clip_scale(grad_norm(model->parameters()), st.clip));
+      opt.step(clip_scale(norm, st.clip));
+      sync.share_updated_parameters();
       opt.zero_grad();
       // course 21 end
     }
-    if (dropout_gen != nullptr && comm.distributed()) {
+    pending.push_back({step + 1, epoch, lr, weighted_loss, weighted_loss.defined() ? 1.0 : 0.0});
+    if (dropout_gen != nullptr && plan.pieces > 1) {
       dropout_gen->set_batch_slice(0, 1, 1);
       // A rank without rows drew nothing; rank 0 always has rows, and its stream moved on.
-      if (slice.some_rank_idle) {
+      if (comm.distributed() && whole.rows < static_cast<std::size_t>(st.batch)) {
         std::array<std::uint64_t, 2> state{dropout_gen->seed(), dropout_gen->offset()};
         comm.broadcast(state.data(), sizeof state);
         dropout_gen->set_state(state[0], state[1]);
@@ -690,9 +669,14 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
       const double eta = static_cast<double>(total_steps - step) * (run_time / static_cast<double>(run_steps));
       const double gflops = window_flops / std::max(window_time, 1e-9) / 1e9;
       const std::string mfu = peak_gflops > 0 ? fmt::format(" ({:.0f} % of peak)", 100 * gflops / peak_gflops) : "";
-      say(fmt::format("step {:>6}/{}  epoch {}  loss {:.4f}  lr {:.2e}  {:.0f} tok/s  {:.0f} GFLOP/s{}  ETA {}", step,
-                      total_steps, epoch + 1, loss_value, lr, tps, gflops, mfu, fmt_duration(eta)));
+      // Several processes: the share of the steps rank 0 spent summing gradients over them.
+      const std::string comm_part =
+          comm.distributed() ? fmt::format("  comm {:.0f} %", 100 * (sync.comm_seconds() - window_comm_from) / std::max(window_time, 1e-9))
+                             : "";
+      say(fmt::format("step {:>6}/{}  epoch {}  loss {:.4f}  lr {:.2e}  {:.0f} tok/s  {:.0f} GFLOP/s{}{}  ETA {}", step,
+                      total_steps, epoch + 1, loss_value, lr, tps, gflops, mfu, comm_part, fmt_duration(eta)));
       window_time = window_tokens = window_flops = 0;
+      window_comm_from = sync.comm_seconds();
     }
     if (epoch_end || periodic || step == total_steps) run_eval(epoch);
     if (stopping) {
@@ -708,6 +692,8 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   result.final_val_ppl = last_ppl;
   result.best_val_ppl = best_ppl;
   result.tokens_per_s = run_time > 0 ? run_tokens / run_time : 0;
+  result.comm_share = run_time > 0 ? sync.comm_seconds() / run_time : 0;
+  result.comm_bytes_per_step = sync.bytes_received_per_step();
   return result;
 }
 

@@ -11,11 +11,13 @@
 //   .lock                held while a training writes to the folder (tools/run_folder.h)
 //
 // Under `mpirun -np N` (engine/distributed.h) the run is data-parallel: every rank holds the
-// whole model, takes its contiguous slice of the rows of every batch (--batch is the global
-// batch, a multiple of N), and the gradients are summed across ranks before clipping and the
-// AdamW update, so every rank applies the same update. Rank 0 alone owns the run directory
-// and prints; the others print only errors. A checkpoint holds the full state, so a run saved
-// with N ranks resumes with any number.
+// whole model, takes its contiguous run of the pieces of every batch (--batch is the global
+// batch, --micro-batch the rows of a piece, by default one piece per rank), and the gradients
+// are summed across pieces and ranks before clipping and the AdamW update, so every rank
+// applies the same update; tools/data_parallel.h has the step, with --deterministic and
+// ZeRO-1. Rank 0 alone owns the run directory and prints; the others print only errors. A
+// checkpoint holds the full state (under ZeRO-1 gathered from the ranks' shards), so a run
+// saved with N ranks resumes with any number.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +51,14 @@ struct TrainSettings {
   std::int64_t log_every = 10;
   std::int64_t stop_after = -1;  // end this invocation after N steps, as Ctrl-C would (resumable)
   int threads = 0;               // 0: all cores
+  // Data parallelism and gradient accumulation (tools/data_parallel.h): rows per piece of a
+  // batch (0: one piece per process); the pieces' gradients summed in a fixed tree order;
+  // ZeRO stage 1 (each rank keeps the optimizer's moments for its shard only); seconds a
+  // collective waits for the other ranks before ending the job (-1: the default, 0: forever).
+  std::int64_t micro_batch = 0;
+  bool deterministic = false;
+  int zero = 0;
+  double comm_timeout = -1;
   std::string out;               // run directory
   bool resume = false;
   bool overwrite = false;  // a fresh run may replace the run already in `out`
@@ -72,6 +82,8 @@ struct TrainResult {
   double final_val_ppl = 0;
   double best_val_ppl = 0;
   double tokens_per_s = 0;
+  double comm_share = 0;  // of this invocation's step time, rank 0's time in gradient collectives
+  std::uint64_t comm_bytes_per_step = 0;  // received by each rank (0 in one process)
   std::int64_t parameters = 0;
   bool interrupted = false;
 };

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -88,6 +89,22 @@ void check_close(const std::vector<double>& a, const std::vector<double>& b, con
     CAPTURE(i);
     CHECK(std::abs(a[i] - b[i]) <= kLossTolerance * std::max(1.0, std::abs(a[i])));
   }
+}
+
+// The tensors (weights and AdamW moments) whose bits differ between two checkpoints; empty
+// when they agree bit for bit.
+std::vector<std::string> differing_tensors(const std::string& a, const std::string& b) {
+  const wedge::SafeTensors x = wedge::load_safetensors(a), y = wedge::load_safetensors(b);
+  REQUIRE(x.tensors.size() == y.tensors.size());
+  std::vector<std::string> differ;
+  for (const auto& [name, t] : x.tensors) {
+    REQUIRE(y.tensors.count(name) == 1);
+    const wedge::Tensor& u = y.tensors.at(name);
+    REQUIRE(t.numel() == u.numel());
+    if (std::memcmp(t.raw_data(), u.raw_data(), static_cast<std::size_t>(t.numel()) * wedge::dtype_size(t.dtype())) != 0)
+      differ.push_back(name);
+  }
+  return differ;
 }
 
 const std::string kSizes =
@@ -185,4 +202,103 @@ TEST_CASE("an epoch's short last batch may leave a rank no rows: it still joins 
   check_close(ma.ppls, mb.ppls, "valid ppl");
   CHECK(max_weight_difference(dir + "/one/last.safetensors", dir + "/two/last.safetensors") <= kWeightTolerance);
   fs::remove_all(dir);
+}
+
+// ---- pieces, the fixed summation order, ZeRO-1 -------------------------------------------------
+
+namespace {
+
+// Batches of 8 rows in pieces of 2: 4 pieces, shared by 1, 2 or 4 processes.
+const std::string kPieces = kSizes + " --batch 8 --micro-batch 2 --deterministic";
+const std::string kSheafSizes = " --patch 4 --cover-depth 2 --types 2 --state-size 4 --section-dim 8 --expert-d-ff 16";
+
+std::string model_args(const std::string& model) {
+  return "--model " + model + (model == "transformer" ? " --dropout 0.1" : model == "sheaf" ? kSheafSizes : "");
+}
+
+}  // namespace
+
+TEST_CASE("--deterministic: 1, 2 and 4 processes give bit-identical weights and moments") {
+  for (const std::string model : {"transformer", "grassmann", "sheaf"}) {
+    INFO(model);
+    const std::string args = "train " + model_args(model) + " " + kPieces + " --out ";
+    const std::string n1 = fresh("det1_" + model), n2 = fresh("det2_" + model), n4 = fresh("det4_" + model);
+    const ShellRun a = one(args + n1);
+    REQUIRE_MESSAGE(a.status == 0, a.out);
+    CHECK_MESSAGE(a.out.find("pieces: every batch in 4 pieces of 2 rows, 4 per process") != std::string::npos, a.out);
+    const ShellRun b = ranks(2, args + n2);
+    REQUIRE_MESSAGE(b.status == 0, b.out);
+    const ShellRun c = ranks(4, args + n4);
+    REQUIRE_MESSAGE(c.status == 0, c.out);
+    CHECK(differing_tensors(n1 + "/last.safetensors", n2 + "/last.safetensors").empty());
+    CHECK(differing_tensors(n1 + "/last.safetensors", n4 + "/last.safetensors").empty());
+    // The evaluations, summed over the ranks' batches, agree up to the order of their sums.
+    check_close(read_metrics(n1).ppls, read_metrics(n4).ppls, "valid ppl");
+    for (const std::string& dir : {n1, n2, n4}) fs::remove_all(dir);
+  }
+  // Without the fixed order, one process adds the 4 pieces left to right and 2 ranks add two
+  // pairs: the same math, other roundings, other bits (which is what the order is for).
+  const std::string loose = "train --model grassmann " + kSizes + " --batch 8 --micro-batch 2 --out ";
+  const std::string l1 = fresh("loose1"), l2 = fresh("loose2");
+  REQUIRE(one(loose + l1).status == 0);
+  REQUIRE(ranks(2, loose + l2).status == 0);
+  CHECK(!differing_tensors(l1 + "/last.safetensors", l2 + "/last.safetensors").empty());
+  CHECK(max_weight_difference(l1 + "/last.safetensors", l2 + "/last.safetensors") <= kWeightTolerance);
+  fs::remove_all(l1);
+  fs::remove_all(l2);
+}
+
+TEST_CASE("--micro-batch in one process accumulates the whole batch's gradient") {
+  const std::string args = "train --model transformer --dropout 0.1 " + kSizes + " --batch 8 --out ";
+  const std::string whole = fresh("acc_whole"), pieces = fresh("acc_pieces");
+  REQUIRE(one(args + whole).status == 0);
+  const ShellRun r = one(args + pieces + " --micro-batch 2");
+  REQUIRE_MESSAGE(r.status == 0, r.out);
+  check_close(read_metrics(whole).losses, read_metrics(pieces).losses, "loss");
+  CHECK(max_weight_difference(whole + "/last.safetensors", pieces + "/last.safetensors") <= kWeightTolerance);
+  fs::remove_all(whole);
+  fs::remove_all(pieces);
+}
+
+TEST_CASE("--zero 1 shards the moments and changes no bit; its checkpoints resume with any N") {
+  for (const std::string model : {"transformer", "grassmann"}) {
+    INFO(model);
+    const std::string args = "train " + model_args(model) + " " + kPieces + " --out ";
+    const std::string plain = fresh("plain_" + model), zero = fresh("zero_" + model);
+    REQUIRE(ranks(2, args + plain).status == 0);
+    const ShellRun z = ranks(2, args + zero + " --zero 1");
+    REQUIRE_MESSAGE(z.status == 0, z.out);
+    CHECK_MESSAGE(z.out.find("ZeRO-1: each keeps the optimizer state of") != std::string::npos, z.out);
+    CHECK(differing_tensors(plain + "/last.safetensors", zero + "/last.safetensors").empty());
+    // Stopped on 2 sharded ranks, resumed in 1 process; stopped in 1, resumed on 4 sharded.
+    const std::string down = fresh("zero_down_" + model), up = fresh("zero_up_" + model);
+    REQUIRE(ranks(2, args + down + " --zero 1 --stop-after 13").status == 0);
+    const ShellRun d = one("train --resume --json --out " + down);
+    REQUIRE_MESSAGE(d.status == 0, d.out);
+    REQUIRE(one(args + up + " --stop-after 7").status == 0);
+    const ShellRun u = ranks(4, "train --resume --zero 1 --json --out " + up);
+    REQUIRE_MESSAGE(u.status == 0, u.out);
+    CHECK(differing_tensors(plain + "/last.safetensors", down + "/last.safetensors").empty());
+    CHECK(differing_tensors(plain + "/last.safetensors", up + "/last.safetensors").empty());
+    for (const std::string& dir : {plain, zero, down, up}) fs::remove_all(dir);
+  }
+}
+
+TEST_CASE("pieces that cannot be shared, or a fixed order that cannot hold, are one clear error each") {
+  const std::string out = fresh("bad_pieces");
+  const std::vector<std::pair<int, std::pair<std::string, std::string>>> cases = {
+      {1, {"--batch 4 --micro-batch 3", "--micro-batch is 3, which does not divide --batch (4)"}},
+      {2, {"--batch 4 --micro-batch 4", "--batch 4 in pieces of --micro-batch 4 makes 1 pieces, which the 2 processes"}},
+      {1, {"--batch 4 --deterministic", "--deterministic needs --micro-batch"}},
+      {3, {"--batch 6 --micro-batch 1 --deterministic", "--deterministic runs on 1, 2, 4, 8, ... processes (a power of two), not 3"}},
+  };
+  for (const auto& [n, c] : cases) {
+    const auto& [flags, message] = c;
+    INFO(flags);
+    const ShellRun r = n == 1 ? one("train " + kSizes + " " + flags + " --out " + out) : ranks(n, "train " + kSizes + " " + flags + " --out " + out);
+    CHECK(r.status != 0);
+    CHECK_MESSAGE(r.out.find("error: " + message) != std::string::npos, r.out);
+    CHECK(!fs::exists(out + "/config.json"));
+  }
+  fs::remove_all(out);
 }

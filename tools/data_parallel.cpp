@@ -1,0 +1,278 @@
+#include "tools/data_parallel.h"
+
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include <fmt/core.h>
+
+#include "engine/autograd.h"
+
+namespace wedge::tools {
+
+namespace {
+
+// How a setting is named in an error: the flag, or the field of a resumed run's config.
+std::string setting_name(const std::string& flag, const std::string& config_file) {
+  if (config_file.empty()) return flag;
+  std::string field = flag.substr(2);
+  for (char& c : field)
+    if (c == '-') c = '_';
+  return config_file + ": train." + field;
+}
+
+// The sum of squares of n floats in double, always in the same order (eight interleaved
+// partial sums, added pairwise): the same bits whoever computes it and however it is compiled.
+double block_sum_squares(const float* x, std::size_t n) {
+  double acc[8] = {};
+  for (std::size_t i = 0; i < n; ++i) acc[i % 8] += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+// A tensor's values as float32 on the host, in row-major order, into `out`.
+void copy_to_host(const Tensor& t, float* out) {
+  const Tensor h = t.to(Device::cpu()).to(DType::F32).contiguous();
+  std::memcpy(out, h.data<float>(), static_cast<std::size_t>(h.numel()) * sizeof(float));
+}
+
+// A tensor of `like`'s shape, dtype and device holding n floats from `values`.
+Tensor tensor_like(const Tensor& like, const float* values) {
+  const std::vector<float> v(values, values + like.numel());
+  return Tensor::from_vector(v, like.shape()).to(like.dtype()).to(like.device());
+}
+
+// Adds the seconds from its making to its end to `total`.
+class CommTimer {
+ public:
+  explicit CommTimer(double& total) : total_(total), start_(std::chrono::steady_clock::now()) {}
+  ~CommTimer() { total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+  CommTimer(const CommTimer&) = delete;
+  CommTimer& operator=(const CommTimer&) = delete;
+
+ private:
+  double& total_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace
+
+PiecePlan PiecePlan::make(std::int64_t batch, std::int64_t micro_batch, bool deterministic, const dist::Communicator& comm,
+                          const std::string& config_file) {
+  const std::int64_t n = comm.size();
+  const std::string batch_name = setting_name("--batch", config_file), micro_name = setting_name("--micro-batch", config_file);
+  if (micro_batch < 0 || micro_batch > batch)
+    throw std::invalid_argument(fmt::format("{} is {}; it must be between 1 and {} is {} (0: one piece per process)",
+                                            micro_name, micro_batch, batch_name, batch));
+  if (deterministic && micro_batch == 0)
+    throw std::invalid_argument(fmt::format(
+        "{} needs {}: the rows whose gradient is computed as one piece must not depend on the number of processes",
+        setting_name("--deterministic", config_file), micro_name));
+  if (micro_batch == 0 && batch % n != 0)
+    throw std::invalid_argument(fmt::format("{} is {}, not divisible by the {} processes of this run: each process takes an "
+                                            "equal slice of every batch (--batch is the whole batch, over all processes)",
+                                            batch_name, batch, n));
+  PiecePlan p;
+  p.rows_per_piece = micro_batch > 0 ? micro_batch : batch / n;
+  if (batch % p.rows_per_piece != 0)
+    throw std::invalid_argument(fmt::format("{} is {}, which does not divide {} ({}): every piece of a batch has the same rows",
+                                            micro_name, micro_batch, batch_name, batch));
+  p.pieces = batch / p.rows_per_piece;
+  if (p.pieces % n != 0)
+    throw std::invalid_argument(fmt::format("{} {} in pieces of {} {} makes {} pieces, which the {} processes of this run "
+                                            "cannot share evenly",
+                                            batch_name, batch, micro_name, micro_batch, p.pieces, n));
+  if (deterministic && !std::has_single_bit(static_cast<std::uint64_t>(n)))
+    throw std::invalid_argument(fmt::format("{} runs on 1, 2, 4, 8, ... processes (a power of two), not {}: only then is each "
+                                            "process's run of pieces one subtree of the pieces' fixed sum",
+                                            setting_name("--deterministic", config_file), n));
+  p.first = comm.rank() * (p.pieces / n);
+  p.last = p.first + p.pieces / n;
+  return p;
+}
+
+GradientSync::GradientSync(const dist::Communicator& comm, std::vector<std::pair<std::string, Tensor>> params, Adam& opt,
+                           bool deterministic, bool zero)
+    : comm_(comm), opt_(opt), deterministic_(deterministic), zero_(zero && comm.distributed()),
+      flat_(comm.distributed() || deterministic) {
+  std::size_t total = 0;
+  for (auto& [name, p] : params) {
+    names_.push_back(name);
+    params_.push_back(p);
+    total += static_cast<std::size_t>(p.numel());
+  }
+  if (static_cast<std::int64_t>(total) != opt.flat_size())
+    throw std::logic_error("GradientSync: the parameters are not the optimizer's");
+  // Shards of whole norm blocks, as even as blocks allow (the last block may be short).
+  const std::size_t ranks = static_cast<std::size_t>(comm.size()), blocks = (total + kNormBlock - 1) / kNormBlock;
+  for (std::size_t r = 0; r <= ranks; ++r) bounds_.push_back(std::min(total, r * blocks / ranks * kNormBlock));
+  reached_.assign(params_.size(), 0.0f);
+  if (zero_) opt_.keep_shard(shard_begin(), shard_end());
+}
+
+std::int64_t GradientSync::shard_begin() const { return static_cast<std::int64_t>(bounds_[static_cast<std::size_t>(comm_.rank())]); }
+std::int64_t GradientSync::shard_end() const { return static_cast<std::int64_t>(bounds_[static_cast<std::size_t>(comm_.rank()) + 1]); }
+
+double GradientSync::accumulate(std::int64_t first, std::int64_t last, const std::function<void(std::int64_t)>& run_piece) {
+  if (!flat_) {
+    // One process, pieces summed by autograd: nothing to lay out.
+    for (std::int64_t k = first; k < last; ++k) run_piece(k);
+    return grad_norm(params_);
+  }
+  std::fill(reached_.begin(), reached_.end(), 0.0f);
+  std::vector<float> flat = deterministic_ ? tree_sum(first, last, run_piece) : gather_local(first, last, run_piece);
+  {
+    const CommTimer timer(comm_seconds_);
+    comm_.all_reduce_sum(reached_);
+    if (zero_)
+      comm_.reduce_scatter_sum(flat, bounds_);
+    else
+      comm_.all_reduce_sum(flat);
+  }
+  set_gradients(flat);
+  return global_norm(flat);
+}
+
+std::uint64_t GradientSync::bytes_received_per_step() const {
+  if (!comm_.distributed()) return 0;
+  const auto others = static_cast<std::uint64_t>(comm_.size() - 1);
+  const auto mine = static_cast<std::uint64_t>(shard_end() - shard_begin());
+  const std::uint64_t total = bounds_.back();
+  return sizeof(float) * (zero_ ? others * mine + (total - mine) : others * total);
+}
+
+std::vector<float> GradientSync::gather_local(std::int64_t first, std::int64_t last,
+                                              const std::function<void(std::int64_t)>& run_piece) {
+  for (std::int64_t k = first; k < last; ++k) run_piece(k);
+  return take_gradients();
+}
+
+// Pieces [lo, hi) summed as Communicator::tree_mid splits them: left half + right half.
+std::vector<float> GradientSync::tree_sum(std::int64_t lo, std::int64_t hi,
+                                          const std::function<void(std::int64_t)>& run_piece) {
+  if (hi - lo == 1) {
+    run_piece(lo);
+    return take_gradients();
+  }
+  const auto mid = static_cast<std::int64_t>(dist::Communicator::tree_mid(static_cast<std::size_t>(lo), static_cast<std::size_t>(hi)));
+  std::vector<float> left = tree_sum(lo, mid, run_piece);
+  const std::vector<float> right = tree_sum(mid, hi, run_piece);
+  for (std::size_t i = 0; i < left.size(); ++i) left[i] += right[i];
+  return left;
+}
+
+// The gradients laid end to end (zeros where a parameter has none), then dropped from the
+// parameters, so that the next piece's backward starts from nothing.
+std::vector<float> GradientSync::take_gradients() {
+  std::vector<float> flat(bounds_.back(), 0.0f);
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Tensor g = params_[i].grad();
+    if (g.defined()) {
+      copy_to_host(g, flat.data() + at);
+      reached_[i] = 1.0f;
+    }
+    params_[i].zero_grad();
+    at += static_cast<std::size_t>(params_[i].numel());
+  }
+  return flat;
+}
+
+// A parameter that no piece of any rank reached keeps no gradient, as in one process, so the
+// optimizer skips it (no weight decay either).
+void GradientSync::set_gradients(const std::vector<float>& flat) {
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (reached_[i] > 0) params_[i].set_grad(tensor_like(params_[i], flat.data() + at));
+    at += static_cast<std::size_t>(params_[i].numel());
+  }
+}
+
+// sqrt of the sum over blocks, in block order, of each block's sum of squares; each rank
+// sums the blocks of its shard (of the gradient it holds summed), then all see all blocks.
+double GradientSync::global_norm(const std::vector<float>& flat) const {
+  const std::size_t total = bounds_.back(), blocks = (total + kNormBlock - 1) / kNormBlock;
+  std::vector<std::size_t> block_bounds;
+  for (const std::size_t b : bounds_) block_bounds.push_back((b + kNormBlock - 1) / kNormBlock);
+  std::vector<double> sums(blocks, 0.0);
+  const auto r = static_cast<std::size_t>(comm_.rank());
+  for (std::size_t b = block_bounds[r]; b < block_bounds[r + 1]; ++b) {
+    const std::size_t begin = b * kNormBlock;
+    sums[b] = block_sum_squares(flat.data() + begin, std::min(total, begin + kNormBlock) - begin);
+  }
+  {
+    const CommTimer timer(comm_seconds_);
+    comm_.all_gather(std::span<double>(sums), block_bounds);
+  }
+  double total_sum = 0;
+  for (const double s : sums) total_sum += s;
+  return std::sqrt(total_sum);
+}
+
+void GradientSync::share_updated_parameters() {
+  if (!zero_) return;
+  NoGradGuard no_grad;
+  std::vector<float> flat(bounds_.back());
+  std::size_t at = 0;
+  for (const Tensor& p : params_) {
+    copy_to_host(p, flat.data() + at);
+    at += static_cast<std::size_t>(p.numel());
+  }
+  {
+    const CommTimer timer(comm_seconds_);
+    comm_.all_gather(std::span<float>(flat), bounds_);
+  }
+  at = 0;
+  for (Tensor& p : params_) {
+    p.copy_(tensor_like(p, flat.data() + at));
+    at += static_cast<std::size_t>(p.numel());
+  }
+}
+
+std::map<std::string, Tensor> GradientSync::gather_moments() const {
+  if (!zero_) return comm_.is_root() ? opt_.state_tensors() : std::map<std::string, Tensor>{};
+  std::vector<float> m(bounds_.back(), 0.0f), v(bounds_.back(), 0.0f);
+  opt_.export_moments(m, v);
+  comm_.all_gather(std::span<float>(m), bounds_);
+  comm_.all_gather(std::span<float>(v), bounds_);
+  std::map<std::string, Tensor> out;
+  if (!comm_.is_root()) return out;
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Tensor host_like = Tensor::zeros(params_[i].shape(), DType::F32, Device::cpu());
+    out[names_[i] + ".adam_m"] = tensor_like(host_like, m.data() + at);
+    out[names_[i] + ".adam_v"] = tensor_like(host_like, v.data() + at);
+    at += static_cast<std::size_t>(params_[i].numel());
+  }
+  return out;
+}
+
+void GradientSync::scatter_moments(const std::map<std::string, Tensor>& on_root, std::int64_t step) {
+  if (!comm_.distributed()) {
+    opt_.load_state(on_root, step);
+    return;
+  }
+  // Rank 0 checks and lays out the moments, as one process's optimizer would load them.
+  std::vector<float> m(bounds_.back(), 0.0f), v(bounds_.back(), 0.0f);
+  if (comm_.is_root()) {
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      for (auto [suffix, flat] : {std::pair{".adam_m", &m}, std::pair{".adam_v", &v}}) {
+        const std::string key = names_[i] + suffix;
+        const auto it = on_root.find(key);
+        if (it == on_root.end()) throw std::runtime_error("optimizer state: missing tensor '" + key + "'");
+        if (it->second.shape() != params_[i].shape())
+          throw std::runtime_error("optimizer state: '" + key + "' is " + it->second.str() + ", expected the shape of " +
+                                   params_[i].str());
+        copy_to_host(it->second, flat->data() + at);
+      }
+      at += static_cast<std::size_t>(params_[i].numel());
+    }
+  }
+  comm_.broadcast(m.data(), m.size() * sizeof(float));
+  comm_.broadcast(v.data(), v.size() * sizeof(float));
+  opt_.import_moments(m, v, step);
+}
+
+}  // namespace wedge::tools

@@ -1,0 +1,116 @@
+// One training step's gradient, from a batch's rows to the update, in one process or over
+// the ranks of a data-parallel job (engine/distributed.h).
+//
+// The batch's rows are cut into pieces of `--micro-batch` rows (by default one piece per
+// rank: its whole share). A rank runs forward and backward for its contiguous run of pieces,
+// one at a time, so a large batch never needs more activation memory than one piece. Then:
+//
+//   1. The rank's pieces are summed: by autograd's own accumulation, piece after piece, or,
+//      when deterministic, in the fixed tree order of Communicator::tree_mid over the
+//      pieces, so the bits do not depend on which rank computed which piece.
+//   2. The ranks' sums are summed (in the same tree order over ranks): every rank receives
+//      the whole gradient, or with ZeRO stage 1 only its shard of it (a reduce-scatter).
+//   3. The gradient's global norm, for clipping, is summed in double over fixed blocks of
+//      the gradient laid end to end, each rank taking the blocks of its shard.
+//   4. AdamW updates the parameters; under ZeRO-1 each rank updates its shard only (and
+//      keeps moments for it only, engine/optim.h) and then the ranks all-gather the
+//      parameters.
+//
+// With a fixed --micro-batch, --deterministic gives bit-identical weights for any number of
+// ranks N that is a power of two and divides the number of pieces: each rank's pieces are
+// then one subtree of the pieces' sum. ZeRO-1 changes none of the bits: the reduce-scatter
+// sums each element as the all-reduce does, the norm is summed over the same blocks, and
+// AdamW is element-wise.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/distributed.h"
+#include "engine/optim.h"
+#include "engine/tensor.h"
+
+namespace wedge::tools {
+
+// How a batch of `batch` rows is cut into pieces and shared among the ranks.
+struct PiecePlan {
+  std::int64_t rows_per_piece = 0;
+  std::int64_t pieces = 0;             // per batch
+  std::int64_t first = 0, last = 0;    // this rank's pieces [first, last)
+
+  // `micro_batch` 0: one piece per rank. Throws std::invalid_argument naming the flag (or
+  // `config_file`'s field) when the batch does not cut evenly into pieces, the pieces not
+  // evenly among the ranks, or (deterministic) the ranks are not a power of two.
+  static PiecePlan make(std::int64_t batch, std::int64_t micro_batch, bool deterministic, const dist::Communicator& comm,
+                        const std::string& config_file);
+  // Rows [begin, end) of a batch of `rows` rows (an epoch's last batch may be short) in piece k.
+  std::int64_t piece_begin(std::int64_t k, std::int64_t rows) const { return std::min(rows, k * rows_per_piece); }
+  std::int64_t piece_end(std::int64_t k, std::int64_t rows) const { return std::min(rows, (k + 1) * rows_per_piece); }
+};
+
+class GradientSync {
+ public:
+  // `zero`: ZeRO stage 1 — shards `opt`'s moments over the ranks now (before any step or
+  // resume); with one rank it changes nothing.
+  // `params`: the optimizer's parameters, by name, in its order (Module::named_parameters()).
+  GradientSync(const dist::Communicator& comm, std::vector<std::pair<std::string, Tensor>> params, Adam& opt,
+               bool deterministic, bool zero);
+
+  // Runs `run_piece(k)` (forward and backward of piece k, its loss already scaled by its
+  // share of the batch) for this rank's pieces [first, last), sums the gradients over the
+  // pieces and the ranks as the header says, and leaves the result (this rank's shard of it,
+  // under ZeRO-1) in the parameters' gradients. Returns the global gradient norm.
+  double accumulate(std::int64_t first, std::int64_t last, const std::function<void(std::int64_t)>& run_piece);
+  // After the optimizer's step: under ZeRO-1 every rank's updated shard reaches every rank.
+  void share_updated_parameters();
+
+  // The full moments of the optimizer on rank 0 (for a checkpoint); every rank must call it.
+  // Empty on the other ranks.
+  std::map<std::string, Tensor> gather_moments() const;
+  // Rank 0's full moments (read from a checkpoint; ignored elsewhere) and step count onto
+  // every rank's optimizer, each keeping its shard.
+  void scatter_moments(const std::map<std::string, Tensor>& on_root, std::int64_t step);
+
+  // Seconds this rank spent in the collectives of accumulate() and
+  // share_updated_parameters() since it was made (waiting for slower ranks included).
+  double comm_seconds() const { return comm_seconds_; }
+  // Bytes each rank receives per step in those collectives: N - 1 copies of the float32
+  // gradient (the all-reduce gathers every rank's), or under ZeRO-1 N - 1 copies of its
+  // gradient shard plus every other rank's shard of the parameters, about 2 (N - 1) / N of
+  // the gradient. (The norm's block sums and the "reached" flags add well under 1 %.)
+  std::uint64_t bytes_received_per_step() const;
+
+  // Whether a step does more than one process's plain accumulate-then-norm.
+  bool flat() const { return flat_; }
+  // Elements laid end to end, and this rank's shard of them (all of them without ZeRO-1).
+  std::int64_t flat_size() const { return static_cast<std::int64_t>(bounds_.back()); }
+  std::int64_t shard_begin() const;
+  std::int64_t shard_end() const;
+
+  // The block of the gradient norm's sums; shards start at multiples of it.
+  static constexpr std::size_t kNormBlock = 1024;
+
+ private:
+  std::vector<float> gather_local(std::int64_t first, std::int64_t last, const std::function<void(std::int64_t)>& run_piece);
+  std::vector<float> tree_sum(std::int64_t lo, std::int64_t hi, const std::function<void(std::int64_t)>& run_piece);
+  std::vector<float> take_gradients();
+  void set_gradients(const std::vector<float>& flat);
+  double global_norm(const std::vector<float>& flat) const;
+
+  const dist::Communicator& comm_;
+  std::vector<std::string> names_;
+  std::vector<Tensor> params_;
+  Adam& opt_;
+  bool deterministic_, zero_, flat_;
+  std::vector<std::size_t> bounds_;      // N + 1 shard edges over the flat layout
+  std::vector<float> reached_;           // per parameter: did any piece reach it (1) or not (0)
+  mutable double comm_seconds_ = 0;  // global_norm is const but times its gather
+};
+
+}  // namespace wedge::tools
