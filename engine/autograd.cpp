@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "engine/kernel_table.h"
 
@@ -10,6 +11,7 @@ namespace wedge {
 
 namespace {
 thread_local bool g_grad_enabled = true;
+thread_local const LeafGradientHook* g_leaf_hook = nullptr;
 }
 
 bool grad_enabled() { return g_grad_enabled; }
@@ -154,13 +156,28 @@ void Tensor::backward(const Tensor& grad) const {
     return outputs[static_cast<std::size_t>(output)];
   };
   slot(grad_fn().get(), impl().output_nr) = grad.to(device());
+  // With a LeafGradientHook: per leaf, the nodes with an edge to it that have yet to run.
+  const LeafGradientHook* hook = g_leaf_hook;
+  std::unordered_map<const TensorImpl*, std::size_t> waiting;
+  if (hook != nullptr)
+    for (Node* node : order)
+      for (const Edge& e : node->inputs)
+        if (e.leaf) ++waiting[e.leaf.get()];
+  auto done_with = [&](const Node* node) {
+    if (hook == nullptr) return;
+    for (const Edge& e : node->inputs)
+      if (e.leaf && --waiting[e.leaf.get()] == 0) hook->ready()(*e.leaf);
+  };
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* node = *it;
     if (node->released)
       throw std::runtime_error("backward: the graph through op '" + node->op +
                                "' was already freed by an earlier backward(); run the forward pass again");
     auto found = pending.find(node);
-    if (found == pending.end()) continue;  // nothing flowed into this branch
+    if (found == pending.end()) {  // nothing flowed into this branch
+      done_with(node);
+      continue;
+    }
     std::vector<Tensor> g = std::move(found->second);
     pending.erase(found);
     std::vector<Tensor> grads = node->backward_multi ? node->backward_multi(g) : node->backward(g[0]);
@@ -182,9 +199,17 @@ void Tensor::backward(const Tensor& grad) const {
     node->backward = nullptr;
     node->backward_multi = nullptr;
     node->released = true;
+    done_with(node);
   }
   // Free the edges too, so memory returns as soon as the caller drops the loss.
   for (Node* node : order) node->inputs.clear();
 }
+
+LeafGradientHook::LeafGradientHook(std::function<void(const TensorImpl& leaf)> ready) : ready_(std::move(ready)) {
+  if (g_leaf_hook != nullptr) throw std::logic_error("LeafGradientHook: one is active on this thread already");
+  g_leaf_hook = this;
+}
+
+LeafGradientHook::~LeafGradientHook() { g_leaf_hook = nullptr; }
 
 }  // namespace wedge

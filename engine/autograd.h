@@ -74,6 +74,24 @@ Tensor record_op(Tensor output, const std::string& op, const std::vector<Tensor>
 std::vector<Tensor> record_multi_op(std::vector<Tensor> outputs, const std::string& op,
                                     const std::vector<Tensor>& inputs, MultiBackwardFn backward);
 
+// While one of these is alive on a thread, every backward() on that thread calls `ready`
+// once for each leaf of its graph, as soon as the leaf's gradient is final for that
+// backward: every node with an edge to the leaf has run, or was found unreached. Data
+// parallelism (tools/data_parallel.h) starts sending a bucket of gradients then, while the
+// rest of the backward pass runs. Hooks do not nest: a second one on the thread is an error.
+class LeafGradientHook {
+ public:
+  explicit LeafGradientHook(std::function<void(const TensorImpl& leaf)> ready);
+  ~LeafGradientHook();
+  LeafGradientHook(const LeafGradientHook&) = delete;
+  LeafGradientHook& operator=(const LeafGradientHook&) = delete;
+
+  const std::function<void(const TensorImpl&)>& ready() const { return ready_; }
+
+ private:
+  std::function<void(const TensorImpl&)> ready_;
+};
+
 // The gradient-accumulation rule used by backward: dst = dst + g (same shape).
 Tensor accumulate_grad(const Tensor& dst, const Tensor& g);
 

@@ -160,6 +160,15 @@ template <typename T> std::size_t piece_elements(int n_ranks) {
   return std::max<std::size_t>(1, Communicator::kBucketBytes / (sizeof(T) * static_cast<std::size_t>(n_ranks)));
 }
 
+// The exchanges of one start_all_reduce_sum: one gathered buffer and one request per bucket
+// of the values (as all_reduce_sum cuts them).
+struct AsyncBucket {
+  float* values = nullptr;
+  std::size_t n = 0;
+  std::vector<float> gathered;
+  MPI_Request request = MPI_REQUEST_NULL;
+};
+
 template <typename T> void all_reduce_sum_impl(const Communicator& comm, std::span<T> values) {
   const auto n_ranks = static_cast<std::size_t>(comm.size());
   const std::size_t bucket = piece_elements<T>(comm.size());
@@ -399,6 +408,60 @@ void Communicator::all_reduce_sum(std::span<double> values) const {
 #ifdef WEDGE_HAVE_MPI
   if (distributed()) all_reduce_sum_impl(*this, values);
 #endif
+}
+
+struct Communicator::PendingSum::State {
+#ifdef WEDGE_HAVE_MPI
+  std::vector<AsyncBucket> buckets;
+#endif
+};
+
+Communicator::PendingSum::PendingSum() = default;
+Communicator::PendingSum::PendingSum(PendingSum&&) noexcept = default;
+Communicator::PendingSum& Communicator::PendingSum::operator=(PendingSum&&) noexcept = default;
+Communicator::PendingSum::~PendingSum() = default;
+
+Communicator::PendingSum Communicator::start_all_reduce_sum(std::span<float> values) const {
+  PendingSum p;
+  p.state_ = std::make_unique<PendingSum::State>();
+#ifdef WEDGE_HAVE_MPI
+  if (!distributed()) return p;
+  const std::size_t bucket = piece_elements<float>(size_);
+  for (std::size_t begin = 0; begin < values.size(); begin += bucket) {
+    AsyncBucket& b = p.state_->buckets.emplace_back();
+    b.values = values.data() + begin;
+    b.n = std::min(bucket, values.size() - begin);
+    b.gathered.resize(b.n * static_cast<std::size_t>(size_));
+    const int count = static_cast<int>(b.n);
+    check(MPI_Iallgather(b.values, count, MPI_FLOAT, b.gathered.data(), count, MPI_FLOAT, MPI_COMM_WORLD, &b.request),
+          "all_reduce_sum");
+  }
+#endif
+  return p;
+}
+
+void Communicator::progress(std::span<PendingSum> pending) const {
+#ifdef WEDGE_HAVE_MPI
+  for (PendingSum& p : pending) {
+    if (!p.state_) continue;
+    for (AsyncBucket& b : p.state_->buckets) {
+      if (b.request == MPI_REQUEST_NULL) continue;  // done already
+      int done = 0;
+      check(MPI_Test(&b.request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    }
+  }
+#endif
+}
+
+void Communicator::finish(PendingSum& pending) const {
+  if (!pending.state_) throw std::logic_error("Communicator::finish: this sum was never started (or finished already)");
+#ifdef WEDGE_HAVE_MPI
+  for (AsyncBucket& b : pending.state_->buckets) {
+    wait_for(*this, b.request, "all_reduce_sum");
+    tree_sum(b.gathered.data(), b.n, 0, static_cast<std::size_t>(size_), b.values);
+  }
+#endif
+  pending.state_.reset();
 }
 
 void Communicator::reduce_scatter_sum(std::span<float> values, std::span<const std::size_t> bounds) const {

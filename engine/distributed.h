@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -69,6 +70,31 @@ class Communicator {
   // never needs N full copies of its gradient at once.
   void all_reduce_sum(std::span<float> values) const;
   void all_reduce_sum(std::span<double> values) const;
+
+  // all_reduce_sum in two halves, so that other work runs while the values travel (a
+  // bucket of gradients, while the rest of the backward pass runs). start_all_reduce_sum
+  // posts the exchange and returns at once; `values` must stay in place and untouched until
+  // finish(). progress() lets MPI move posted exchanges along: Open MPI advances a
+  // nonblocking collective only inside MPI calls, so a rank that computes between start
+  // and finish should call it now and then. finish() waits (as every collective does, under
+  // the timeout) and leaves in `values` exactly what all_reduce_sum would. Every rank starts
+  // the same exchanges in the same order. Dropping a PendingSum that was never finished
+  // (an exception on the way) leaves its exchange to MPI_Finalize or the job's end.
+  class PendingSum {
+   public:
+    PendingSum();
+    PendingSum(PendingSum&&) noexcept;
+    PendingSum& operator=(PendingSum&&) noexcept;
+    ~PendingSum();
+
+   private:
+    friend class Communicator;
+    struct State;
+    std::unique_ptr<State> state_;
+  };
+  PendingSum start_all_reduce_sum(std::span<float> values) const;
+  void progress(std::span<PendingSum> pending) const;
+  void finish(PendingSum& pending) const;
 
   // Shards: `bounds` has size() + 1 non-decreasing offsets, bounds[0] = 0 and
   // bounds[size()] = values.size(), the same on every rank; rank r's shard is

@@ -219,6 +219,7 @@ void register_train(CLI::App& app) {
                               {"tokens_per_s", r.tokens_per_s},
                               {"comm_share", r.comm_share},
                               {"comm_bytes_per_step", r.comm_bytes_per_step},
+                              {"comm_overlap", r.comm_overlap},
                               {"parameters", r.parameters},
                               {"interrupted", r.interrupted}};
     if (st->json) fmt::print("{}\n", j.dump());

@@ -109,6 +109,18 @@ GradientSync::GradientSync(const dist::Communicator& comm, std::vector<std::pair
   for (std::size_t r = 0; r <= ranks; ++r) bounds_.push_back(std::min(total, r * blocks / ranks * kNormBlock));
   reached_.assign(params_.size(), 0.0f);
   if (zero_) opt_.keep_shard(shard_begin(), shard_end());
+  // The overlap's buckets: runs of consecutive parameters of about kOverlapBucketBytes.
+  const std::size_t target = kOverlapBucketBytes / sizeof(float);
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const auto n = static_cast<std::size_t>(params_[i].numel());
+    if (buckets_.empty() || buckets_.back().end - buckets_.back().begin + n > target) buckets_.push_back({i, i, at, at, 0});
+    buckets_.back().end_param = i + 1;
+    buckets_.back().end = at + n;
+    bucket_of_.push_back(buckets_.size() - 1);
+    param_index_[params_[i].impl_ptr().get()] = i;
+    at += n;
+  }
 }
 
 std::int64_t GradientSync::shard_begin() const { return static_cast<std::int64_t>(bounds_[static_cast<std::size_t>(comm_.rank())]); }
@@ -121,13 +133,18 @@ double GradientSync::accumulate(std::int64_t first, std::int64_t last, const std
     return grad_norm(params_);
   }
   std::fill(reached_.begin(), reached_.end(), 0.0f);
-  std::vector<float> flat = deterministic_ ? tree_sum(first, last, run_piece) : gather_local(first, last, run_piece);
+  // The sum over ranks overlaps the last piece's backward when that backward completes
+  // this rank's sum (and the sum goes whole to every rank).
+  const bool overlap = comm_.distributed() && !zero_ && (!deterministic_ || last - first == 1);
+  std::vector<float> flat = overlap         ? overlapped_sum(first, last, run_piece)
+                            : deterministic_ ? tree_sum(first, last, run_piece)
+                                             : gather_local(first, last, run_piece);
   {
     const CommTimer timer(comm_seconds_);
     comm_.all_reduce_sum(reached_);
     if (zero_)
       comm_.reduce_scatter_sum(flat, bounds_);
-    else
+    else if (!overlap)
       comm_.all_reduce_sum(flat);
   }
   set_gradients(flat);
@@ -146,6 +163,55 @@ std::vector<float> GradientSync::gather_local(std::int64_t first, std::int64_t l
                                               const std::function<void(std::int64_t)>& run_piece) {
   for (std::int64_t k = first; k < last; ++k) run_piece(k);
   return take_gradients();
+}
+
+// The pieces summed by autograd as they come, and then over the ranks, the exchanges
+// starting during the last piece's backward, bucket by bucket, last bucket first.
+std::vector<float> GradientSync::overlapped_sum(std::int64_t first, std::int64_t last,
+                                                const std::function<void(std::int64_t)>& run_piece) {
+  for (std::int64_t k = first; k + 1 < last; ++k) run_piece(k);
+  std::vector<float> flat(bounds_.back(), 0.0f);
+  for (Bucket& b : buckets_) b.waiting = b.end_param - b.first_param;
+  next_bucket_ = buckets_.size();
+  pending_.clear();
+  {
+    const LeafGradientHook hook([&](const TensorImpl& leaf) {
+      const auto it = param_index_.find(&leaf);
+      if (it == param_index_.end()) return;  // not a parameter of this model
+      const CommTimer timer(comm_seconds_);
+      --buckets_[bucket_of_[it->second]].waiting;
+      while (next_bucket_ > 0 && buckets_[next_bucket_ - 1].waiting == 0) bucket_ready(--next_bucket_, flat, true);
+      comm_.progress(pending_);
+    });
+    run_piece(last - 1);
+  }
+  const CommTimer timer(comm_seconds_);
+  // Buckets that the backward did not finish (parameters it never reached, a piece without
+  // rows) go now, in the same order.
+  while (next_bucket_ > 0) bucket_ready(--next_bucket_, flat, false);
+  for (dist::Communicator::PendingSum& p : pending_) comm_.finish(p);
+  pending_.clear();
+  for (Tensor& p : params_) p.zero_grad();
+  return flat;
+}
+
+// Bucket b's gradients into their place in `flat` (zeros where a parameter has none), and
+// their exchange started.
+void GradientSync::bucket_ready(std::size_t b, std::vector<float>& flat, bool during_backward) {
+  const Bucket& bucket = buckets_[b];
+  std::size_t at = bucket.begin;
+  for (std::size_t i = bucket.first_param; i < bucket.end_param; ++i) {
+    const Tensor g = params_[i].grad();
+    if (g.defined()) {
+      copy_to_host(g, flat.data() + at);
+      reached_[i] = 1.0f;
+    }
+    at += static_cast<std::size_t>(params_[i].numel());
+  }
+  const std::size_t n = bucket.end - bucket.begin;
+  pending_.push_back(comm_.start_all_reduce_sum(std::span<float>(flat.data() + bucket.begin, n)));
+  sent_elements_ += static_cast<double>(n);
+  if (during_backward) overlapped_elements_ += static_cast<double>(n);
 }
 
 // Pieces [lo, hi) summed as Communicator::tree_mid splits them: left half + right half.

@@ -10,6 +10,12 @@
 //      pieces, so the bits do not depend on which rank computed which piece.
 //   2. The ranks' sums are summed (in the same tree order over ranks): every rank receives
 //      the whole gradient, or with ZeRO stage 1 only its shard of it (a reduce-scatter).
+//      Without ZeRO-1, when the last piece's backward completes the rank's sum (pieces
+//      summed as they come, or one piece per rank), the sum over ranks overlaps that
+//      backward: the parameters form buckets of about kOverlapBucketBytes, and a bucket's
+//      exchange starts as soon as autograd has finished the gradients of its parameters and
+//      of every bucket after it (engine/autograd.h LeafGradientHook), last bucket first, so
+//      that every rank starts them in one order. The bits are those of one all-reduce.
 //   3. The gradient's global norm, for clipping, is summed in double over fixed blocks of
 //      the gradient laid end to end, each rank taking the blocks of its shard.
 //   4. AdamW updates the parameters; under ZeRO-1 each rank updates its shard only (and
@@ -29,6 +35,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -86,6 +93,10 @@ class GradientSync {
   // the gradient. (The norm's block sums and the "reached" flags add well under 1 %.)
   std::uint64_t bytes_received_per_step() const;
 
+  // Of the gradient elements sent so far, the share whose exchange started while the
+  // backward pass still ran (0 when nothing overlaps).
+  double overlap_share() const { return sent_elements_ > 0 ? overlapped_elements_ / sent_elements_ : 0.0; }
+
   // Whether a step does more than one process's plain accumulate-then-norm.
   bool flat() const { return flat_; }
   // Elements laid end to end, and this rank's shard of them (all of them without ZeRO-1).
@@ -95,12 +106,16 @@ class GradientSync {
 
   // The block of the gradient norm's sums; shards start at multiples of it.
   static constexpr std::size_t kNormBlock = 1024;
+  // The size the overlap's buckets aim at (a parameter larger than this is a bucket alone).
+  static constexpr std::size_t kOverlapBucketBytes = std::size_t{4} << 20;
 
  private:
   std::vector<float> gather_local(std::int64_t first, std::int64_t last, const std::function<void(std::int64_t)>& run_piece);
   std::vector<float> tree_sum(std::int64_t lo, std::int64_t hi, const std::function<void(std::int64_t)>& run_piece);
   std::vector<float> take_gradients();
   void set_gradients(const std::vector<float>& flat);
+  std::vector<float> overlapped_sum(std::int64_t first, std::int64_t last, const std::function<void(std::int64_t)>& run_piece);
+  void bucket_ready(std::size_t b, std::vector<float>& flat, bool during_backward);
   double global_norm(const std::vector<float>& flat) const;
 
   const dist::Communicator& comm_;
@@ -110,7 +125,18 @@ class GradientSync {
   bool deterministic_, zero_, flat_;
   std::vector<std::size_t> bounds_;      // N + 1 shard edges over the flat layout
   std::vector<float> reached_;           // per parameter: did any piece reach it (1) or not (0)
-  mutable double comm_seconds_ = 0;  // global_norm is const but times its gather
+  mutable double comm_seconds_ = 0;
+  // The overlap: consecutive parameters [first_param, end_param), elements [begin, end).
+  struct Bucket {
+    std::size_t first_param = 0, end_param = 0, begin = 0, end = 0;
+    std::size_t waiting = 0;  // parameters whose gradient is not final yet
+  };
+  std::vector<Bucket> buckets_;
+  std::vector<std::size_t> bucket_of_;  // per parameter
+  std::unordered_map<const TensorImpl*, std::size_t> param_index_;
+  std::vector<dist::Communicator::PendingSum> pending_;
+  std::size_t next_bucket_ = 0;  // buckets [next_bucket_, end) have started; next_bucket_ - 1 goes next
+  double sent_elements_ = 0, overlapped_elements_ = 0;  // global_norm is const but times its gather
 };
 
 }  // namespace wedge::tools

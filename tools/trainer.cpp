@@ -694,6 +694,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   result.tokens_per_s = run_time > 0 ? run_tokens / run_time : 0;
   result.comm_share = run_time > 0 ? sync.comm_seconds() / run_time : 0;
   result.comm_bytes_per_step = sync.bytes_received_per_step();
+  result.comm_overlap = sync.overlap_share();
   return result;
 }
 

@@ -1,7 +1,11 @@
 // The autograd graph: diamonds, no_grad, detach, accumulation, freed graphs, memory.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/allocator.h"
 #include "engine/autograd.h"
@@ -136,4 +140,43 @@ TEST_CASE("an op recorded with one output through record_multi_op still runs its
                                              [](const std::vector<Tensor>& g) -> std::vector<Tensor> { return {g[0] * 2.0}; });
   ops::sum(outs[0]).backward();
   CHECK(x.grad().item() == doctest::Approx(2.0));
+}
+
+TEST_CASE("LeafGradientHook: each leaf once, when its gradient is final, the order following the tape") {
+  // loss = sum(a * b) + sum((a + c) * c) + sum(d * 0): `a` is reached twice (its gradient is
+  // final only after both paths), `b` early, `c` twice through one node, `d` with a zero
+  // gradient; `e` is in no graph and never reported.
+  Tensor a = leaf({1, 2}, {2}), b = leaf({3, 4}, {2}), c = leaf({5, 6}, {2}), d = leaf({7, 8}, {2}), e = leaf({9}, {1});
+  const Tensor loss = ops::sum(a * b) + ops::sum((a + c) * c) + ops::sum(d * Tensor::zeros({2}, DType::F64));
+  std::vector<std::string> order;
+  std::vector<std::vector<double>> seen;
+  auto name = [&](const TensorImpl& t) {
+    for (auto [n, x] : {std::pair{"a", &a}, std::pair{"b", &b}, std::pair{"c", &c}, std::pair{"d", &d}, std::pair{"e", &e}})
+      if (&t == x->impl_ptr().get()) return std::string(n);
+    return std::string("?");
+  };
+  {
+    const LeafGradientHook hook([&](const TensorImpl& t) {
+      order.push_back(name(t));
+      for (auto* x : {&a, &b, &c, &d})
+        if (&t == x->impl_ptr().get()) seen.push_back(x->grad().to_vector<double>());
+    });
+    CHECK_THROWS_AS(LeafGradientHook([](const TensorImpl&) {}), std::logic_error);
+    loss.backward();
+  }
+  REQUIRE(order.size() == 4);
+  std::vector<std::string> sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  CHECK(sorted == std::vector<std::string>{"a", "b", "c", "d"});
+  // What each leaf held when it was reported is its final gradient.
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const Tensor& x = order[i] == "a" ? a : order[i] == "b" ? b : order[i] == "c" ? c : d;
+    CHECK(seen[i] == x.grad().to_vector<double>());
+  }
+  CHECK(a.grad().to_vector<double>() == std::vector<double>{3 + 5, 4 + 6});  // b + c
+  CHECK(c.grad().to_vector<double>() == std::vector<double>{1 + 2 * 5, 2 + 2 * 6});  // a + 2c
+  // The hook is gone with its scope: the next backward reports nothing.
+  order.clear();
+  (ops::sum(a * b)).backward();
+  CHECK(order.empty());
 }

@@ -3,6 +3,10 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/optim.h"
 #include "ops/nn.h"
@@ -165,4 +169,101 @@ TEST_CASE("AdamW decays matrices but not vectors nor A_log under the default rul
   v.set_grad(Tensor::zeros({3}));
   all.step();
   CHECK(v.to_vector<float>()[0] == doctest::Approx(0.95));
+}
+
+TEST_CASE("ZeRO-1 shards of AdamW, each updating its elements, equal the whole optimizer bit for bit") {
+  // Three parameters (a matrix that decays, a vector that does not, another matrix) of 7 + 5
+  // + 12 = 24 elements, cut at 4, 10 and 10 (an empty shard) and 17: shards that end inside
+  // a parameter, span two, and hold none.
+  const std::vector<std::int64_t> cuts = {0, 4, 10, 10, 17, 24};
+  auto make = [] {
+    std::vector<std::pair<std::string, Tensor>> params = {
+        {"a.weight", Tensor::from_vector<float>({0.1f, -0.2f, 0.3f, 0.4f, -0.5f, 0.6f, 0.7f}, {7, 1})},
+        {"b.bias", Tensor::from_vector<float>({1.0f, 2.0f, -3.0f, 0.5f, 0.25f}, {5})},
+        {"c.weight", Tensor::full({3, 4}, 0.75)}};
+    for (auto& [name, p] : params) p.set_requires_grad(true);
+    return params;
+  };
+  auto gradients = [](int step, const std::vector<std::pair<std::string, Tensor>>& params) {
+    int k = 0;
+    for (const auto& [name, p] : params) {
+      std::vector<float> g(static_cast<std::size_t>(p.numel()));
+      for (float& x : g) x = std::sin(0.7f * static_cast<float>(++k) + static_cast<float>(step)) * 0.3f;
+      Tensor pp = p;
+      pp.set_grad(Tensor::from_vector(g, p.shape()));
+    }
+  };
+  AdamConfig cfg;
+  cfg.lr = 0.05;
+  cfg.weight_decay = 0.1;
+  auto whole_params = make();
+  Adam whole(whole_params, cfg, decays_by_default);
+  std::vector<std::vector<std::pair<std::string, Tensor>>> shard_params;
+  std::vector<Adam> shards;
+  for (std::size_t s = 0; s + 1 < cuts.size(); ++s) {
+    shard_params.push_back(make());
+    shards.emplace_back(shard_params.back(), cfg, decays_by_default);
+    shards.back().keep_shard(cuts[s], cuts[s + 1]);
+  }
+  CHECK_THROWS_AS(shards[0].state_tensors(), std::invalid_argument);
+  CHECK_THROWS_AS(shards[0].keep_shard(3, 25), std::invalid_argument);
+  for (int step = 0; step < 3; ++step) {
+    gradients(step, whole_params);
+    whole.step(0.8);
+    for (std::size_t s = 0; s < shards.size(); ++s) {
+      gradients(step, shard_params[s]);
+      shards[s].step(0.8);
+    }
+    // Element by element, each shard's updated elements are the whole optimizer's.
+    std::vector<float> whole_flat, shard_flat(24);
+    for (const auto& [name, p] : whole_params)
+      for (float x : p.to_vector<float>()) whole_flat.push_back(x);
+    for (std::size_t s = 0; s < shards.size(); ++s) {
+      std::size_t at = 0;
+      for (const auto& [name, p] : shard_params[s]) {
+        const std::vector<float> v = p.to_vector<float>();
+        for (std::size_t i = 0; i < v.size(); ++i, ++at)
+          if (static_cast<std::int64_t>(at) >= cuts[s] && static_cast<std::int64_t>(at) < cuts[s + 1]) shard_flat[at] = v[i];
+      }
+    }
+    REQUIRE(whole_flat.size() == shard_flat.size());
+    for (std::size_t i = 0; i < whole_flat.size(); ++i) {
+      CAPTURE(i);
+      CHECK(std::memcmp(&whole_flat[i], &shard_flat[i], sizeof(float)) == 0);
+    }
+    // Bring every shard's copy of the parameters up to date, as the all-gather does.
+    for (std::size_t s = 0; s < shards.size(); ++s) {
+      std::size_t at = 0;
+      for (auto& [name, p] : shard_params[s]) {
+        std::vector<float> v(whole_flat.begin() + static_cast<std::ptrdiff_t>(at),
+                             whole_flat.begin() + static_cast<std::ptrdiff_t>(at) + p.numel());
+        p.copy_(Tensor::from_vector(v, p.shape()));
+        at += static_cast<std::size_t>(p.numel());
+      }
+    }
+  }
+  // The shards' moments, exported into one flat layout, are the whole optimizer's; imported
+  // into fresh shards they give the same next step.
+  std::vector<float> m(24, 0.0f), v(24, 0.0f), wm(24), wv(24);
+  for (const Adam& s : shards) s.export_moments(m, v);
+  whole.export_moments(wm, wv);
+  CHECK(std::memcmp(m.data(), wm.data(), m.size() * sizeof(float)) == 0);
+  CHECK(std::memcmp(v.data(), wv.data(), v.size() * sizeof(float)) == 0);
+  auto resumed_params = make();
+  Adam resumed(resumed_params, cfg, decays_by_default);
+  resumed.keep_shard(4, 17);
+  resumed.import_moments(m, v, whole.steps());
+  CHECK(resumed.steps() == 3);
+  for (std::size_t i = 0; i < resumed_params.size(); ++i) resumed_params[i].second.copy_(whole_params[i].second);
+  gradients(3, whole_params);
+  gradients(3, resumed_params);
+  whole.step();
+  resumed.step();
+  std::vector<float> a, b;
+  for (const auto& [name, p] : whole_params)
+    for (float x : p.to_vector<float>()) a.push_back(x);
+  for (const auto& [name, p] : resumed_params)
+    for (float x : p.to_vector<float>()) b.push_back(x);
+  for (std::size_t i = 4; i < 17; ++i) CHECK(std::memcmp(&a[i], &b[i], sizeof(float)) == 0);
+  CHECK(std::memcmp(&a[0], &b[0], sizeof(float)) != 0);  // outside its shard: not updated
 }

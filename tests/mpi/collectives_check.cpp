@@ -98,6 +98,29 @@ template <typename T> void check_all_reduce(const Communicator& comm, const std:
     fail(comm, type + ": the tree order and rank order agree on every element, so this check cannot tell them apart");
 }
 
+// Two all-reduces in halves, started before either finishes, with progress() between (as
+// the backward pass does): one longer than a bucket, one short; both end in tree order,
+// and the second is finished first.
+void check_started_all_reduce(const Communicator& comm) {
+  const std::size_t n = piece<float>(comm) + 33;
+  std::vector<float> long_one = generated<float>(comm, n), short_one(long_one.begin(), long_one.begin() + 100);
+  std::vector<Communicator::PendingSum> pending;
+  pending.push_back(comm.start_all_reduce_sum(long_one));
+  pending.push_back(comm.start_all_reduce_sum(short_one));
+  for (int i = 0; i < 10; ++i) comm.progress(pending);
+  comm.finish(pending[1]);
+  comm.finish(pending[0]);
+  expect_tree_sums(comm, long_one, 0, n, "start_all_reduce_sum (two buckets)");
+  expect_tree_sums(comm, short_one, 0, short_one.size(), "start_all_reduce_sum (finished first)");
+  bool threw = false;
+  try {
+    comm.finish(pending[0]);
+  } catch (const std::logic_error&) {
+    threw = true;
+  }
+  if (!threw) fail(comm, "finishing a sum twice did not throw");
+}
+
 // Uneven shards: rank 1's is empty, the last rank's `last` long, the others' ~1000 and
 // different. The checks take a last shard longer than one round's piece (it goes through
 // in two rounds, the second short) and one shorter than the others (every shard fits in one
@@ -199,6 +222,7 @@ int main() {
   }
   check_all_reduce<float>(comm, "float");
   check_all_reduce<double>(comm, "double");
+  check_started_all_reduce(comm);
   for (const std::size_t last : {piece<float>(comm) + 17, std::size_t{5}}) {
     check_reduce_scatter(comm, last);
     check_all_gather<float>(comm, "float", last);
@@ -211,7 +235,7 @@ int main() {
   comm.barrier();
   if (failures > 0) return 1;
   if (comm.is_root())
-    std::printf("collectives: all-reduce in tree order (float, double; %d ranks, 3 buckets), reduce-scatter, all-gather "
+    std::printf("collectives: all-reduce in tree order (float, double; %d ranks, 3 buckets; started and finished apart), reduce-scatter, all-gather "
                 "(uneven shards), broadcast, string all-gather ok\n",
                 comm.size());
   Communicator::finalize();

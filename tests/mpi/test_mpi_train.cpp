@@ -302,3 +302,26 @@ TEST_CASE("pieces that cannot be shared, or a fixed order that cannot hold, are 
   }
   fs::remove_all(out);
 }
+
+TEST_CASE("the sum over ranks overlaps the backward pass and keeps the bits of one all-reduce") {
+  // Two layers of width 256 make several buckets of about 4 MB; one piece per rank, so the
+  // last (only) piece's backward completes each rank's sum and the buckets leave during it.
+  const std::string args =
+      "train --model transformer --layers 2 --d-model 256 --d-ff 1024 --heads 4 --block 16 --lr 1e-3 --seed 5 "
+      "--max-steps 4 --eval-every 4 --json --batch 8 --micro-batch 4 --deterministic --out ";
+  const std::string n1 = fresh("overlap1"), n2 = fresh("overlap2");
+  const ShellRun a = one(args + n1);
+  REQUIRE_MESSAGE(a.status == 0, a.out);
+  const ShellRun b = ranks(2, args + n2);
+  REQUIRE_MESSAGE(b.status == 0, b.out);
+  CHECK(differing_tensors(n1 + "/last.safetensors", n2 + "/last.safetensors").empty());
+  const auto result = nlohmann::json::parse(b.out.substr(b.out.rfind('{')));
+  CHECK(result.at("comm_overlap").get<double>() > 0.5);
+  CHECK(result.at("comm_bytes_per_step").get<double>() > 4.0 * 1e6);  // one copy of a ~1.6 M float gradient
+  // One process sends nothing.
+  const auto single = nlohmann::json::parse(a.out.substr(a.out.rfind('{')));
+  CHECK(single.at("comm_overlap").get<double>() == 0);
+  CHECK(single.at("comm_bytes_per_step").get<double>() == 0);
+  fs::remove_all(n1);
+  fs::remove_all(n2);
+}
