@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # Data parallelism on one machine, side by side: the paper-size models trained on WikiText-2
 # by 2 processes of 1 thread each (mpirun, gradients summed over MPI) against 1 process of 2
-# threads, alternating, each configuration run twice; and ZeRO-1 on 2 processes. Prints
+# threads and ZeRO-1 on 2 processes, one after another, REPS times (the best run counts). Prints
 # tokens/s, the ratio, the share of the step spent in the gradient collectives and the
 # bytes each process receives per step.
 #
-#   bench/data_parallel.sh DATA_DIR [STEPS] [BUILD]
+#   bench/data_parallel.sh DATA_DIR [STEPS] [BUILD] [REPS]
 #
 # DATA_DIR holds wiki.{train,valid,test}.raw; STEPS (default 12) training steps of batch
 # 32 x 128 per run (tokens/s covers every step, the first one's warm-up included, so keep
-# STEPS at 10 or more); BUILD the build folder (default build). Runs in a scratch folder that
-# it removes; needs mpirun (Open MPI). About 2 minutes per run of 12 steps on 2 cores.
+# STEPS at 8 or more); BUILD the build folder (default build); REPS (default 2). Runs in a
+# scratch folder that it removes; needs mpirun (Open MPI). About 2 minutes per run of 8
+# steps on 2 AVX2 cores.
 set -euo pipefail
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
 if [[ $# -lt 1 || "$1" == "-h" || "$1" == "--help" ]]; then
   usage
   [[ $# -lt 1 ]] && exit 2 || exit 0
@@ -21,12 +22,14 @@ fi
 data_dir=$1
 steps=${2:-12}
 build=${3:-build}
+reps=${4:-2}
 wedge=$build/wedge
 [[ -x "$wedge" ]] || { echo "error: $wedge is not built (run tools/setup.sh)" >&2; exit 1; }
 [[ -f "$data_dir/wiki.train.raw" || -f "$data_dir/wiki.train.tokens" ]] ||
   { echo "error: $data_dir holds no wiki.train.raw (WikiText-2)" >&2; exit 1; }
 command -v mpirun > /dev/null || { echo "error: mpirun not found (tools/setup.sh installs openmpi-bin)" >&2; exit 1; }
 [[ "$steps" =~ ^[0-9]+$ && "$steps" -ge 2 ]] || { echo "error: STEPS is '$steps'; it must be a number >= 2" >&2; exit 1; }
+[[ "$reps" =~ ^[0-9]+$ && "$reps" -ge 1 ]] || { echo "error: REPS is '$reps'; it must be a number >= 1" >&2; exit 1; }
 
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
@@ -52,7 +55,7 @@ run() {
 printf '%-12s %-28s %10s %8s %8s %12s\n' model configuration "tok/s" ratio comm "MB/step"
 for model in transformer grassmann; do
   declare -A best=()
-  for rep in 1 2; do
+  for ((rep = 1; rep <= reps; ++rep)); do
     for config in one two zero; do
       case $config in
         one) line=$(run "$wedge" train --model "$model" --threads 2) ;;
