@@ -63,7 +63,7 @@ PiecePlan PiecePlan::make(std::int64_t batch, std::int64_t micro_batch, bool det
   const std::int64_t n = comm.size();
   const std::string batch_name = setting_name("--batch", config_file), micro_name = setting_name("--micro-batch", config_file);
   if (micro_batch < 0 || micro_batch > batch)
-    throw std::invalid_argument(fmt::format("{} is {}; it must be between 1 and {} is {} (0: one piece per process)",
+    throw std::invalid_argument(fmt::format("{} is {}; it must be at most {} ({}), or 0 for one piece per process",
                                             micro_name, micro_batch, batch_name, batch));
   if (deterministic && micro_batch == 0)
     throw std::invalid_argument(fmt::format(

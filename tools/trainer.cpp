@@ -447,9 +447,10 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
       comm.broadcast(state.data(), sizeof state);
       dropout_gen->set_state(state[0], state[1]);
     }
-    say(fmt::format("ranks: {} processes (MPI), each computing {} rows of every batch of {} on {} threads; gradients "
+    say(fmt::format("ranks: {} processes (MPI), each computing {} rows of every batch of {} on {}; gradients "
                     "summed over them before each update{}",
-                    comm.size(), st.batch / comm.size(), st.batch, num_threads(),
+                    comm.size(), st.batch / comm.size(), st.batch,
+                    device.is_cpu() ? fmt::format("{} threads", num_threads()) : device.str() + " (through host memory)",
                     st.zero == 1 ? fmt::format("; ZeRO-1: each keeps the optimizer state of {} of the {} parameters",
                                                sync.shard_end() - sync.shard_begin(), sync.flat_size())
                                  : ""));

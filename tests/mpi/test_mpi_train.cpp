@@ -288,6 +288,7 @@ TEST_CASE("pieces that cannot be shared, or a fixed order that cannot hold, are 
   const std::string out = fresh("bad_pieces");
   const std::vector<std::pair<int, std::pair<std::string, std::string>>> cases = {
       {1, {"--batch 4 --micro-batch 3", "--micro-batch is 3, which does not divide --batch (4)"}},
+      {1, {"--batch 4 --micro-batch 5", "--micro-batch is 5; it must be at most --batch (4), or 0 for one piece"}},
       {2, {"--batch 4 --micro-batch 4", "--batch 4 in pieces of --micro-batch 4 makes 1 pieces, which the 2 processes"}},
       {1, {"--batch 4 --deterministic", "--deterministic needs --micro-batch"}},
       {3, {"--batch 6 --micro-batch 1 --deterministic", "--deterministic runs on 1, 2, 4, 8, ... processes (a power of two), not 3"}},
