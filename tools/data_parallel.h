@@ -97,8 +97,6 @@ class GradientSync {
   // backward pass still ran (0 when nothing overlaps).
   double overlap_share() const { return sent_elements_ > 0 ? overlapped_elements_ / sent_elements_ : 0.0; }
 
-  // Whether a step does more than one process's plain accumulate-then-norm.
-  bool flat() const { return flat_; }
   // Elements laid end to end, and this rank's shard of them (all of them without ZeRO-1).
   std::int64_t flat_size() const { return static_cast<std::int64_t>(bounds_.back()); }
   std::int64_t shard_begin() const;
@@ -122,7 +120,8 @@ class GradientSync {
   std::vector<std::string> names_;
   std::vector<Tensor> params_;
   Adam& opt_;
-  bool deterministic_, zero_, flat_;
+  bool deterministic_, zero_;
+  bool flat_;  // a step lays the gradient out end to end (several processes, or the fixed order)
   std::vector<std::size_t> bounds_;      // N + 1 shard edges over the flat layout
   std::vector<float> reached_;           // per parameter: did any piece reach it (1) or not (0)
   mutable double comm_seconds_ = 0;
