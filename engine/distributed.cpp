@@ -13,6 +13,10 @@
 
 #include <fmt/core.h>
 
+#include "engine/device.h"
+#include "engine/kernel_table.h"
+#include "engine/shard_rounds.h"
+
 #ifdef WEDGE_HAVE_MPI
 // The C API only: the deprecated C++ bindings would come with their own warnings.
 #define OMPI_SKIP_MPICXX 1
@@ -52,23 +56,6 @@ void read_timeout_variable() {
   g_timeout_s = seconds;
 }
 
-// Shard bounds as distributed.h defines them, or std::invalid_argument saying what is wrong.
-void check_bounds(std::span<const std::size_t> bounds, std::size_t n_values, int n_ranks, const char* collective) {
-  const auto expected = static_cast<std::size_t>(n_ranks) + 1;
-  std::string problem;
-  if (bounds.size() != expected)
-    problem = fmt::format("there are {} offsets; there must be one per rank and one more, {}", bounds.size(), expected);
-  else if (bounds.front() != 0)
-    problem = fmt::format("they start at {}; they must start at 0", bounds.front());
-  else if (bounds.back() != n_values)
-    problem = fmt::format("they end at {}; they must end at values.size() = {}", bounds.back(), n_values);
-  else if (auto at = std::adjacent_find(bounds.begin(), bounds.end(), [](std::size_t a, std::size_t b) { return a > b; });
-           at != bounds.end())
-    problem = fmt::format("they decrease: bounds[{}] = {} after bounds[{}] = {}", at - bounds.begin() + 1, at[1],
-                          at - bounds.begin(), at[0]);
-  if (!problem.empty()) throw std::invalid_argument(fmt::format("{}: bad shard bounds: {}", collective, problem));
-}
-
 #ifdef WEDGE_HAVE_MPI
 bool g_mpi_started = false;
 
@@ -102,29 +89,15 @@ template <> MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
   std::_Exit(1);  // MPI_Abort does not return; were it to, this rank still ends
 }
 
-// Waits for the nonblocking collective `request` until it completes or the timeout passes.
-// MPI_Wait could not give up, so this polls MPI_Test: back to back for the first
-// millisecond (the ranks of one step usually meet sooner), then with naps of 100 us
-// growing to 1 ms, so that a rank waiting for a slow one (rank 0 writing a checkpoint)
-// leaves its core to the others. The naps stay short because Open MPI moves a nonblocking
-// collective on only inside MPI calls: a long nap would be a long stall.
+// Waits for the nonblocking collective `request` under the timeout (Communicator::wait_until).
 void wait_for(const Communicator& comm, MPI_Request& request, const char* collective) {
-  using Clock = std::chrono::steady_clock;
-  constexpr auto kSpin = std::chrono::milliseconds(1);
-  constexpr std::chrono::microseconds kLongestNap{1000};
-  const double limit_s = Communicator::timeout();
-  const auto start = Clock::now();
-  std::chrono::microseconds nap{100};
-  for (;;) {
-    int done = 0;
-    check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
-    if (done != 0) return;
-    const std::chrono::duration<double> waited = Clock::now() - start;
-    if (limit_s > 0 && waited.count() >= limit_s) give_up(comm, collective, limit_s);
-    if (waited < kSpin) continue;
-    std::this_thread::sleep_for(nap);
-    nap = std::min(2 * nap, kLongestNap);
-  }
+  comm.wait_until(
+      [&] {
+        int done = 0;
+        check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+        return done != 0;
+      },
+      collective);
 }
 
 // Every collective runs this way: `start` begins it nonblocking (MPI_Ibcast, MPI_Iallgather,
@@ -135,29 +108,16 @@ template <typename Start> void run_collective(const Communicator& comm, const ch
   wait_for(comm, request, collective);
 }
 
-// out[i] <- the sum over slices lo .. hi - 1 of slice[i], in the tree order of
-// Communicator::tree_mid. The slices, n values each, lie one after another in `slices`,
-// which is scratch: each half's sum lands in its first slice. The one summation of every
-// collective that adds ranks' values, so they all give the same bits.
-template <typename T> void tree_sum(T* slices, std::size_t n, std::size_t lo, std::size_t hi, T* out) {
-  if (hi - lo == 1) {
-    if (out != slices + lo * n) std::copy_n(slices + lo * n, n, out);
-    return;
-  }
-  const std::size_t mid = Communicator::tree_mid(lo, hi);
-  T* left = slices + lo * n;
-  T* right = slices + mid * n;
-  tree_sum(slices, n, lo, mid, left);
-  tree_sum(slices, n, mid, hi, right);
-  for (std::size_t i = 0; i < n; ++i) out[i] = left[i] + right[i];
-}
-
-// How many elements of T one rank contributes to a bucket of all_reduce_sum or a round of
-// the sharded collectives, so that the N ranks' pieces together fit in kBucketBytes. That
-// bound also keeps every count and offset that MPI sees an int.
-static_assert(Communicator::kBucketBytes <= static_cast<std::size_t>(INT_MAX));
-template <typename T> std::size_t piece_elements(int n_ranks) {
-  return std::max<std::size_t>(1, Communicator::kBucketBytes / (sizeof(T) * static_cast<std::size_t>(n_ranks)));
+// out[i] <- the sum over the N slices of slice[i] (n values each, one after another in
+// `slices`), in the tree order of Communicator::tree_mid: the CPU's tree_sum kernel
+// (engine/kernels.def), the one summation of every collective that adds ranks' values and
+// of the GPU's sums too (engine/nccl.h), so they all give the same bits. out may be the
+// first slice.
+template <typename T> void tree_sum(const T* slices, std::size_t n, std::size_t count, T* out) {
+  const kernels::KernelTable<T>* cpu = kernels::kernel_table<T>(static_cast<int>(DeviceKind::CPU));
+  if (cpu == nullptr || cpu->tree_sum == nullptr)
+    throw std::logic_error("the collectives need the CPU kernels (link wedge::kernels)");
+  cpu->tree_sum(slices, static_cast<std::int64_t>(n), static_cast<std::int64_t>(count), out);
 }
 
 // The exchanges of one start_all_reduce_sum: one gathered buffer and one request per bucket
@@ -180,50 +140,9 @@ template <typename T> void all_reduce_sum_impl(const Communicator& comm, std::sp
       const int count = static_cast<int>(n);
       return MPI_Iallgather(v, count, mpi_type<T>(), gathered.data(), count, mpi_type<T>(), MPI_COMM_WORLD, request);
     });
-    tree_sum(gathered.data(), n, 0, n_ranks, v);
+    tree_sum(gathered.data(), n, n_ranks, v);
   }
 }
-
-// The sharded collectives move the shards in rounds: round k carries elements
-// [k * piece, (k + 1) * piece) of every rank's shard (fewer, or none, where a shard ends
-// sooner), packed one rank's piece after another into a buffer of N pieces. So each buffer
-// they take is bounded by kBucketBytes, and every count and offset MPI sees is an int,
-// however long `values` is (offsets into `values` itself could pass INT_MAX). The price is
-// one more pass over the values moved, packing or unpacking them.
-class ShardRounds {
- public:
-  // `piece`: the most elements of one shard in one round; shorter when every shard is.
-  ShardRounds(std::span<const std::size_t> bounds, std::size_t piece) : bounds_(bounds) {
-    std::size_t longest = 0;
-    for (std::size_t s = 0; s < ranks(); ++s) longest = std::max(longest, bounds[s + 1] - bounds[s]);
-    piece_ = std::min(piece, longest);
-    rounds_ = piece_ == 0 ? 0 : (longest + piece_ - 1) / piece_;
-  }
-  std::size_t ranks() const { return bounds_.size() - 1; }
-  std::size_t rounds() const { return rounds_; }
-  // Elements a packed buffer of one round holds: N pieces.
-  std::size_t buffer_elements() const { return piece_ * ranks(); }
-
-  // Round k: where each rank's piece starts in `values`, how long it is, where it is packed.
-  struct Round {
-    std::vector<std::size_t> first;
-    std::vector<int> counts, packed_at;
-  };
-  Round round(std::size_t k) const {
-    Round r;
-    for (std::size_t s = 0; s < ranks(); ++s) {
-      const std::size_t begin = std::min(bounds_[s] + k * piece_, bounds_[s + 1]);
-      r.first.push_back(begin);
-      r.counts.push_back(static_cast<int>(std::min(piece_, bounds_[s + 1] - begin)));
-      r.packed_at.push_back(static_cast<int>(s * piece_));
-    }
-    return r;
-  }
-
- private:
-  std::span<const std::size_t> bounds_;
-  std::size_t piece_ = 0, rounds_ = 0;
-};
 
 // Each round sends every rank its piece of this rank's values (MPI_Ialltoallv) and receives
 // every rank's copy of its own piece, N slices one after another, then tree-sums them.
@@ -244,7 +163,7 @@ void reduce_scatter_sum_impl(const Communicator& comm, std::span<T> values, std:
       return MPI_Ialltoallv(send.data(), r.counts.data(), r.packed_at.data(), mpi_type<T>(), received.data(), mine.data(),
                             slice_at.data(), mpi_type<T>(), MPI_COMM_WORLD, request);
     });
-    tree_sum(received.data(), static_cast<std::size_t>(r.counts[me]), 0, shards.ranks(), values.data() + r.first[me]);
+    tree_sum(received.data(), static_cast<std::size_t>(r.counts[me]), shards.ranks(), values.data() + r.first[me]);
   }
 }
 
@@ -269,6 +188,22 @@ void all_gather_impl(const Communicator& comm, std::span<T> values, std::span<co
 
 }  // namespace
 
+void check_shard_bounds(std::span<const std::size_t> bounds, std::size_t n_values, int n_ranks, const char* collective) {
+  const auto expected = static_cast<std::size_t>(n_ranks) + 1;
+  std::string problem;
+  if (bounds.size() != expected)
+    problem = fmt::format("there are {} offsets; there must be one per rank and one more, {}", bounds.size(), expected);
+  else if (bounds.front() != 0)
+    problem = fmt::format("they start at {}; they must start at 0", bounds.front());
+  else if (bounds.back() != n_values)
+    problem = fmt::format("they end at {}; they must end at values.size() = {}", bounds.back(), n_values);
+  else if (auto at = std::adjacent_find(bounds.begin(), bounds.end(), [](std::size_t a, std::size_t b) { return a > b; });
+           at != bounds.end())
+    problem = fmt::format("they decrease: bounds[{}] = {} after bounds[{}] = {}", at - bounds.begin() + 1, at[1],
+                          at - bounds.begin(), at[0]);
+  if (!problem.empty()) throw std::invalid_argument(fmt::format("{}: bad shard bounds: {}", collective, problem));
+}
+
 bool mpi_built() {
 #ifdef WEDGE_HAVE_MPI
   return true;
@@ -284,6 +219,13 @@ int ranks_on_this_machine() {
     if (const char* v = std::getenv(name); v != nullptr && *v != '\0') return std::max(1, std::atoi(v));
   }
   return 1;
+}
+
+int local_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}) {
+    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') return std::max(0, std::atoi(v));
+  }
+  return 0;
 }
 
 namespace {
@@ -330,6 +272,32 @@ void Communicator::set_timeout(double seconds) {
 }
 
 double Communicator::timeout() { return g_timeout_s; }
+
+// MPI_Wait could not give up, so this polls: back to back for the first millisecond (the
+// ranks of one step usually meet sooner), then with naps of 100 us growing to 1 ms, so that
+// a rank waiting for a slow one (rank 0 writing a checkpoint) leaves its core to the
+// others. The naps stay short because Open MPI moves a nonblocking collective on only
+// inside MPI calls (here: the MPI_Test of `done`): a long nap would be a long stall.
+void Communicator::wait_until(const std::function<bool()>& done, const char* collective) const {
+  using Clock = std::chrono::steady_clock;
+  constexpr auto kSpin = std::chrono::milliseconds(1);
+  constexpr std::chrono::microseconds kLongestNap{1000};
+  const double limit_s = timeout();
+  const auto start = Clock::now();
+  std::chrono::microseconds nap{100};
+  while (!done()) {
+    const std::chrono::duration<double> waited = Clock::now() - start;
+    if (limit_s > 0 && waited.count() >= limit_s) {
+#ifdef WEDGE_HAVE_MPI
+      if (g_mpi_started) give_up(*this, collective, limit_s);
+#endif
+      throw std::runtime_error(fmt::format("{}: no answer within {:g} s", collective, limit_s));
+    }
+    if (waited < kSpin) continue;
+    std::this_thread::sleep_for(nap);
+    nap = std::min(2 * nap, kLongestNap);
+  }
+}
 
 void Communicator::finalize() {
 #ifdef WEDGE_HAVE_MPI
@@ -458,28 +426,28 @@ void Communicator::finish(PendingSum& pending) const {
 #ifdef WEDGE_HAVE_MPI
   for (AsyncBucket& b : pending.state_->buckets) {
     wait_for(*this, b.request, "all_reduce_sum");
-    tree_sum(b.gathered.data(), b.n, 0, static_cast<std::size_t>(size_), b.values);
+    tree_sum(b.gathered.data(), b.n, static_cast<std::size_t>(size_), b.values);
   }
 #endif
   pending.state_.reset();
 }
 
 void Communicator::reduce_scatter_sum(std::span<float> values, std::span<const std::size_t> bounds) const {
-  check_bounds(bounds, values.size(), size_, "reduce_scatter_sum");
+  check_shard_bounds(bounds, values.size(), size_, "reduce_scatter_sum");
 #ifdef WEDGE_HAVE_MPI
   if (distributed()) reduce_scatter_sum_impl(*this, values, bounds);
 #endif
 }
 
 void Communicator::all_gather(std::span<float> values, std::span<const std::size_t> bounds) const {
-  check_bounds(bounds, values.size(), size_, "all_gather");
+  check_shard_bounds(bounds, values.size(), size_, "all_gather");
 #ifdef WEDGE_HAVE_MPI
   if (distributed()) all_gather_impl(*this, values, bounds);
 #endif
 }
 
 void Communicator::all_gather(std::span<double> values, std::span<const std::size_t> bounds) const {
-  check_bounds(bounds, values.size(), size_, "all_gather");
+  check_shard_bounds(bounds, values.size(), size_, "all_gather");
 #ifdef WEDGE_HAVE_MPI
   if (distributed()) all_gather_impl(*this, values, bounds);
 #endif

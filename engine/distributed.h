@@ -4,12 +4,16 @@
 // process started any other way is a job of one rank and never touches MPI, so a build with
 // MPI behaves exactly like one without it until it is started by mpirun.
 //
+// The sums add with the CPU's tree_sum kernel (engine/kernels.def), so a program that uses
+// them links wedge::kernels, as wedge::wedge does.
+//
 // Every collective here is called by every rank, in the same order; a rank that skips one
 // leaves the others waiting, until the timeout below ends the job. All of them run on the
 // calling (main) thread, as nonblocking MPI operations that it polls to their end.
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -27,6 +31,9 @@ bool launched_by_mpi();
 // How many ranks of the job share this machine, as the launcher says (Open MPI's
 // OMPI_COMM_WORLD_LOCAL_SIZE, MPICH's MPI_LOCALNRANKS); 1 when it does not say.
 int ranks_on_this_machine();
+// This process's place among them, 0 .. ranks_on_this_machine() - 1, as the launcher says
+// (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID); 0 when it does not say.
+int local_rank();
 
 class Communicator {
  public:
@@ -121,6 +128,11 @@ class Communicator {
   // replaces both. A negative or non-finite timeout is std::invalid_argument.
   static void set_timeout(double seconds);
   static double timeout();
+  // Calls `done` until it answers true, waiting as every collective here does: a few naps
+  // of at most 1 ms between calls, and past the timeout the job ends as described above.
+  // For collectives that run elsewhere (the GPU's, engine/nccl.h); `collective` names it
+  // in that message.
+  void wait_until(const std::function<bool()>& done, const char* collective) const;
 
   static constexpr std::size_t kBucketBytes = std::size_t{16} << 20;
 

@@ -25,6 +25,7 @@ using std::int32_t;
 //   dropout.cpp     dropout_*                        attention.cpp    attention_*
 //   plucker.cpp     plucker_*, plucker_mean_*        gate_mix.cpp     gate_mix_*
 //   adam.cpp        adam_update                      memory.cpp       strided_copy, cast (type-blind)
+//   tree_sum.cpp    tree_sum (adds in T: the order is the contract)
 #define WEDGE_KERNEL(name, cpu, params) \
   template <typename T>                 \
   void name params;

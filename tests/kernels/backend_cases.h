@@ -143,7 +143,7 @@ struct Backend {
 
 // The harness check that covers a kernel; a forward kernel and its backward share one.
 enum class Check { gemm, bias_act, fill_unary, binary, dropout, gate_mix, selective_scan, adam, reduce, softmax,
-                   cross_entropy, layer_norm, embedding, attention, plucker, memory };
+                   cross_entropy, layer_norm, embedding, attention, plucker, memory, tree_sum };
 
 // One kernel call with its operands in one backend's memory (freed with the Call).
 class Call {
@@ -551,6 +551,12 @@ inline void cast(Call& c) {
   double* y = c.out<double>(std::size_t(kElements));
   c.run = [&c, x, y] { c.mem.cast(x, 0, y, 1, kElements); };
 }
+// Four ranks' gradients of 2^20 elements summed, as a step of four processes sums them.
+inline void tree_sum(Call& c) {
+  const float* slices = c.in(values(4 * kElements, 50));
+  float* out = c.out<float>(std::size_t(kElements));
+  c.run = [&c, slices, out] { c.k.tree_sum(slices, kElements, 4, out); };
+}
 }  // namespace prepare
 
 // ONE case per kernel of engine/kernels.def, in its order.
@@ -586,6 +592,7 @@ inline const KernelCase kernel_cases[] = {
     {KernelId::selective_scan_backward, Check::selective_scan, "8x128, E 512, N 16, P 16",
      prepare::selective_scan_backward},
     {KernelId::adam_update, Check::adam, "one transformer block, 10 tensors", prepare::adam_update},
+    {KernelId::tree_sum, Check::tree_sum, "4 slices of 2^20", prepare::tree_sum},
     {KernelId::strided_copy, Check::memory, "8x128x4x64 heads split", prepare::strided_copy},
     {KernelId::cast, Check::memory, "2^20 f32 -> f64", prepare::cast},
 };

@@ -146,6 +146,10 @@ const Tolerance kTolerances[] = {
      "two steps: the second reads the moment the first stored in float (~1e-9 for |m| < 0.1); the CPU updates in "
      "float, the reference in double"},
     {KernelId::adam_update, "v", {1e-10, 1e-6}, "as m, for |v| < 0.01"},
+    {KernelId::tree_sum, nullptr, kSameBits,
+     "float additions in the one tree order; f64: a double backend rounds none of the count - 1 additions, the "
+     "float reference each (terms: the largest sum of |values| of an element)",
+     Bound{0, 0, 8e-7}},
     {KernelId::strided_copy, nullptr, kSameBits, "a copy"},
     {KernelId::cast, nullptr, kSameValues, "a conversion (a NaN is any NaN: the GPU writes the canonical NaN)"},
 };
@@ -1439,6 +1443,81 @@ Copy permuted_copy(const std::vector<i64>& shape, const std::vector<int>& perm, 
   return c;
 }
 
+// ---- the sum over ranks -----------------------------------------------------------------------
+
+// The tree order written out by hand for the counts whose shape matters (an oracle
+// independent of the split rule): element i of `v`, count slices of n.
+float tree_by_hand(const std::vector<float>& v, i64 n, i64 count, i64 i) {
+  const auto at = [&](i64 k) { return v[std::size_t(k * n + i)]; };
+  switch (count) {
+    case 1: return at(0);
+    case 2: return at(0) + at(1);
+    case 3: return (at(0) + at(1)) + at(2);
+    case 4: return (at(0) + at(1)) + (at(2) + at(3));
+    case 5: return ((at(0) + at(1)) + at(2)) + (at(3) + at(4));
+    case 6: return ((at(0) + at(1)) + at(2)) + ((at(3) + at(4)) + at(5));
+    case 7: return ((at(0) + at(1)) + (at(2) + at(3))) + ((at(4) + at(5)) + at(6));
+    case 8: return ((at(0) + at(1)) + (at(2) + at(3))) + ((at(4) + at(5)) + (at(6) + at(7)));
+  }
+  FAIL("no hand-written order for " << count << " slices");
+  return 0;
+}
+
+// Slices of mixed magnitudes (2^-12 .. 2^12), so that another order of the same additions
+// gives other bits; counts 1 .. 8 and 13, lengths that end inside the reference's chunk and
+// past several; out apart from the slices and out = the first slice (in place).
+template <typename T>
+void check_tree_sum(Suite<T>& s) {
+  std::uint64_t seed = 1400;
+  for (i64 count : {i64(1), i64(2), i64(3), i64(4), i64(5), i64(6), i64(7), i64(8), i64(13)}) {
+    for (i64 n : {i64(1), i64(17), i64(513), i64(4099)}) {
+      const std::size_t size = std::size_t(count * n);
+      auto v = random_floats(size, seed++);
+      const auto scale = random_ints(size, seed++, -12, 12);
+      for (std::size_t k = 0; k < size; ++k) v[k] = std::ldexp(v[k], scale[k]);
+      const std::string what = "tree_sum count=" + std::to_string(count) + " n=" + std::to_string(n);
+      std::vector<float> expected(std::size_t(n), std::nanf(""));
+      s.ref.tree_sum(v.data(), n, count, expected.data());
+      double terms = 0;
+      std::size_t other_order_differs = 0;
+      for (i64 i = 0; i < n; ++i) {
+        double magnitude = 0;
+        float in_row_order = 0;
+        for (i64 k = 0; k < count; ++k) {
+          magnitude += std::fabs(double(v[std::size_t(k * n + i)]));
+          in_row_order += v[std::size_t(k * n + i)];
+        }
+        terms = std::max(terms, magnitude);
+        if (count <= 8) {
+          const float hand = tree_by_hand(v, n, count, i);
+          if (std::memcmp(&hand, &expected[std::size_t(i)], sizeof hand) != 0) {
+            FAIL_CHECK(what << ": the reference's element " << i << " is " << expected[std::size_t(i)]
+                            << ", the tree order by hand gives " << hand);
+            break;
+          }
+        }
+        other_order_differs += in_row_order != expected[std::size_t(i)];
+      }
+      // The slices are such that adding them one after another is another result: a kernel
+      // that ignored the tree could not pass.
+      if (count >= 4 && n >= 513) CHECK_MESSAGE(other_order_differs > 0, what << ": the order does not show");
+      auto got = run_twice(
+          [&] {
+            auto dv = s.put(v), dout = s.put(nans(std::size_t(n)));
+            s.dev.tree_sum(dv.get(), n, count, dout.get());
+            auto in_place = s.put(v);
+            s.dev.tree_sum(in_place.get(), n, count, in_place.get());
+            auto first = in_place.download();
+            first.resize(std::size_t(n));
+            return std::vector<std::vector<float>>{dout.download(), first};
+          },
+          what);
+      s.expect(KernelId::tree_sum, "out", got[0], expected, what, terms);
+      s.expect(KernelId::tree_sum, "out", got[1], expected, what + " in place", terms);
+    }
+  }
+}
+
 template <typename T>
 void check_memory(Suite<T>& s) {
   std::vector<Copy> copies = {
@@ -1550,6 +1629,7 @@ void run_check(Check check, Suite<T>& s) {
     case Check::attention: return check_attention(s);
     case Check::plucker: return check_plucker(s);
     case Check::memory: return check_memory(s);
+    case Check::tree_sum: return check_tree_sum(s);
   }
   FAIL("a check of the case list that the harness does not know: " << int(check));
 }
