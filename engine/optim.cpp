@@ -163,19 +163,37 @@ std::map<std::string, Tensor> Adam::state_tensors() const {
   return out;
 }
 
+// The checkpoint's moment `suffix` (".adam_m" or ".adam_v") of slot s, checked against its
+// parameter: a missing tensor or another shape or dtype is one error naming it.
+static const Tensor& named_moment(const std::map<std::string, Tensor>& tensors, const std::string& name,
+                                  const Tensor& param, const char* suffix) {
+  const std::string key = name + suffix;
+  const auto it = tensors.find(key);
+  if (it == tensors.end()) throw std::runtime_error("optimizer state: missing tensor '" + key + "'");
+  if (it->second.shape() != param.shape() || it->second.dtype() != param.dtype())
+    throw std::runtime_error("optimizer state: '" + key + "' is " + it->second.str() + ", expected the shape and dtype of " +
+                             param.str());
+  return it->second;
+}
+
 void Adam::load_state(const std::map<std::string, Tensor>& tensors, std::int64_t step) {
   if (sharded_) fail("Adam::load_state", "a sharded optimizer loads its part of the moments with import_moments");
   for (Slot& s : slots_) {
-    for (auto* which : {&s.m, &s.v}) {
-      const std::string key = s.name + (which == &s.m ? ".adam_m" : ".adam_v");
-      auto it = tensors.find(key);
-      if (it == tensors.end()) throw std::runtime_error("optimizer state: missing tensor '" + key + "'");
-      if (it->second.shape() != which->shape() || it->second.dtype() != which->dtype())
-        throw std::runtime_error("optimizer state: '" + key + "' is " + it->second.str() + ", expected " + which->str());
-      which->copy_(it->second);
-    }
+    s.m.copy_(named_moment(tensors, s.name, s.param, ".adam_m"));
+    s.v.copy_(named_moment(tensors, s.name, s.param, ".adam_v"));
   }
   step_ = step;
+}
+
+void Adam::flatten_state(const std::map<std::string, Tensor>& tensors, std::span<float> m, std::span<float> v) const {
+  check_flat(m.size(), v.size(), "Adam::flatten_state");
+  for (const Slot& s : slots_) {
+    const auto at = static_cast<std::ptrdiff_t>(s.flat_offset);
+    for (auto [suffix, flat] : {std::pair{".adam_m", m}, std::pair{".adam_v", v}}) {
+      const std::vector<float> h = named_moment(tensors, s.name, s.param, suffix).to_vector<float>();
+      std::copy(h.begin(), h.end(), flat.begin() + at);
+    }
+  }
 }
 
 double grad_norm(const std::vector<Tensor>& params) {

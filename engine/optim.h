@@ -71,6 +71,10 @@ class Adam {
   // import reads only its own. float32 parameters only.
   void export_moments(std::span<float> m, std::span<float> v) const;
   void import_moments(std::span<const float> m, std::span<const float> v, std::int64_t step);
+  // A checkpoint's moments (named as state_tensors() names them, each of its parameter's
+  // shape) laid end to end as above, all of them, sharded or not, with load_state's checks:
+  // a missing tensor, or one of another shape or dtype, is std::runtime_error naming it.
+  void flatten_state(const std::map<std::string, Tensor>& tensors, std::span<float> m, std::span<float> v) const;
 
  private:
   struct Slot {

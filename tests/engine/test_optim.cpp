@@ -267,3 +267,33 @@ TEST_CASE("ZeRO-1 shards of AdamW, each updating its elements, equal the whole o
   for (std::size_t i = 4; i < 17; ++i) CHECK(std::memcmp(&a[i], &b[i], sizeof(float)) == 0);
   CHECK(std::memcmp(&a[0], &b[0], sizeof(float)) != 0);  // outside its shard: not updated
 }
+
+TEST_CASE("a checkpoint's named moments: load_state and flatten_state check them the same way") {
+  std::vector<std::pair<std::string, Tensor>> params = {{"w", Tensor::full({2, 3}, 0.5)}, {"b", Tensor::full({4}, -1.0)}};
+  for (auto& [name, p] : params) p.set_requires_grad(true);
+  Adam saved(params, AdamConfig{}, decays_by_default);
+  for (auto& [name, p] : params) p.set_grad(Tensor::full(p.shape(), 0.25));
+  saved.step();
+  const std::map<std::string, Tensor> state = saved.state_tensors();
+  // Laid end to end, the named moments are what the optimizer exports, sharded or not.
+  std::vector<float> m(10), v(10), em(10), ev(10);
+  saved.export_moments(em, ev);
+  Adam sharded(params, AdamConfig{}, decays_by_default);
+  sharded.keep_shard(3, 7);
+  sharded.flatten_state(state, m, v);
+  CHECK(m == em);
+  CHECK(v == ev);
+  // A missing tensor, or one of another shape, is one error naming it, for both.
+  std::map<std::string, Tensor> missing = state, reshaped = state;
+  missing.erase("b.adam_v");
+  reshaped["w.adam_m"] = Tensor::zeros({3, 2});
+  Adam whole(params, AdamConfig{}, decays_by_default);
+  for (const auto& [bad, text] : {std::pair{&missing, "missing tensor 'b.adam_v'"}, std::pair{&reshaped, "'w.adam_m' is"}}) {
+    CHECK_THROWS_WITH(whole.load_state(*bad, 1), doctest::Contains(text));
+    CHECK_THROWS_WITH(sharded.flatten_state(*bad, m, v), doctest::Contains(text));
+  }
+  whole.load_state(state, 1);
+  whole.export_moments(m, v);
+  CHECK(m == em);
+  CHECK_THROWS_AS(sharded.flatten_state(state, std::span<float>(m).first(9), v), std::invalid_argument);
+}
