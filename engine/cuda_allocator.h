@@ -17,4 +17,12 @@ namespace wedge::cuda {
 // a block right after queueing the kernels that use it is safe on the single stream.
 Allocator* device_allocator();
 
+// Number of usable CUDA devices; 0 when there is none or no driver (never throws).
+int device_count();
+
+// Makes CUDA device `ordinal` (0 .. device_count() - 1) the GPU behind wedge's "cuda"
+// device in this process. Call it before any GPU work: the stream, the library handles and
+// the allocator's blocks belong to the device that was current when they were made.
+void use_device(int ordinal);
+
 }  // namespace wedge::cuda

@@ -16,6 +16,14 @@ int device_count() {
   return count;
 }
 
+void use_device(int ordinal) {
+  const int count = device_count();
+  if (ordinal < 0 || ordinal >= count)
+    throw std::invalid_argument("cuda: there is no GPU " + std::to_string(ordinal) + " (this process sees " +
+                                std::to_string(count) + ")");
+  check(cudaSetDevice(ordinal), "choosing the GPU");
+}
+
 void check(cudaError_t status, const char* what) {
   if (status == cudaSuccess) return;
   throw std::runtime_error(std::string("cuda: ") + what + ": " + cudaGetErrorName(status) + " (" +

@@ -17,10 +17,10 @@
 
 #include <cstddef>
 
+#include "engine/cuda_allocator.h"  // device_count, use_device
+
 namespace wedge::cuda {
 
-// Number of usable CUDA devices; 0 when there is none or no driver (never throws).
-int device_count();
 
 // The wedge stream of device 0 (created on first use, never destroyed: the CUDA
 // runtime may already be torn down when static destructors run).

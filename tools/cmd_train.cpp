@@ -220,6 +220,7 @@ void register_train(CLI::App& app) {
                               {"comm_share", r.comm_share},
                               {"comm_bytes_per_step", r.comm_bytes_per_step},
                               {"comm_overlap", r.comm_overlap},
+                              {"collectives", r.collectives},
                               {"parameters", r.parameters},
                               {"interrupted", r.interrupted}};
     if (st->json) fmt::print("{}\n", j.dump());

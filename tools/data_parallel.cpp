@@ -9,6 +9,8 @@
 #include <fmt/core.h>
 
 #include "engine/autograd.h"
+#include "engine/nccl.h"
+#include "ops/ops.h"
 
 namespace wedge::tools {
 
@@ -31,16 +33,32 @@ double block_sum_squares(const float* x, std::size_t n) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-// A tensor's values as float32 on the host, in row-major order, into `out`.
-void copy_to_host(const Tensor& t, float* out) {
-  const Tensor h = t.to(Device::cpu()).to(DType::F32).contiguous();
-  std::memcpy(out, h.data<float>(), static_cast<std::size_t>(h.numel()) * sizeof(float));
-}
-
 // A tensor of `like`'s shape, dtype and device holding n floats from `values`.
 Tensor tensor_like(const Tensor& like, const float* values) {
   const std::vector<float> v(values, values + like.numel());
   return Tensor::from_vector(v, like.shape()).to(like.dtype()).to(like.device());
+}
+
+// The elements [at, at + numel) of a flat float32 tensor, seen in `shape` (no copy).
+Tensor window(const Tensor& flat, std::size_t at, const Shape& shape) {
+  return flat.as_strided(shape, contiguous_strides(shape), static_cast<std::int64_t>(at));
+}
+
+// `t` (any dtype, any device) into its window of `flat`.
+void copy_into(const Tensor& flat, std::size_t at, const Tensor& t) {
+  window(flat, at, t.shape()).copy_(t.dtype() == DType::F32 ? t : t.to(DType::F32));
+}
+
+// A packed copy of `like`'s window of `flat`, in `like`'s dtype and on its device.
+Tensor window_like(const Tensor& flat, std::size_t at, const Tensor& like) {
+  Tensor t = window(flat, at, like.shape()).clone();
+  if (t.dtype() != like.dtype()) t = t.to(like.dtype());
+  return t.device() == like.device() ? t : t.to(like.device());
+}
+
+// A float32 tensor on the CPU's data, as a span for the host collectives.
+std::span<float> host_span(const Tensor& flat) {
+  return {flat.data<float>(), static_cast<std::size_t>(flat.numel())};
 }
 
 // Adds the seconds from its making to its end to `total`.
@@ -94,8 +112,7 @@ PiecePlan PiecePlan::make(std::int64_t batch, std::int64_t micro_batch, bool det
 
 GradientSync::GradientSync(const dist::Communicator& comm, std::vector<std::pair<std::string, Tensor>> params, Adam& opt,
                            bool deterministic, bool zero)
-    : comm_(comm), opt_(opt), deterministic_(deterministic), zero_(zero && comm.distributed()),
-      flat_(comm.distributed() || deterministic) {
+    : comm_(comm), opt_(opt), deterministic_(deterministic), zero_(zero && comm.distributed()) {
   std::size_t total = 0;
   for (auto& [name, p] : params) {
     names_.push_back(name);
@@ -104,6 +121,14 @@ GradientSync::GradientSync(const dist::Communicator& comm, std::vector<std::pair
   }
   if (static_cast<std::int64_t>(total) != opt.flat_size())
     throw std::logic_error("GradientSync: the parameters are not the optimizer's");
+  // GPU ranks that mpirun started sum on their GPUs through NCCL, when this wedge has it
+  // (with one rank too: the same calls, each rank its own peer).
+  const bool on_gpu = !params_.empty() && params_.front().device().kind == DeviceKind::CUDA;
+  if (on_gpu && dist::nccl_built() && dist::launched_by_mpi()) {
+    gpu_comm_ = &dist::DeviceCommunicator::world();
+    flat_device_ = params_.front().device();
+  }
+  flat_ = comm.distributed() || deterministic || gpu_comm_ != nullptr;
   // Shards of whole norm blocks, as even as blocks allow (the last block may be short).
   const std::size_t ranks = static_cast<std::size_t>(comm.size()), blocks = (total + kNormBlock - 1) / kNormBlock;
   for (std::size_t r = 0; r <= ranks; ++r) bounds_.push_back(std::min(total, r * blocks / ranks * kNormBlock));
@@ -126,6 +151,11 @@ GradientSync::GradientSync(const dist::Communicator& comm, std::vector<std::pair
 std::int64_t GradientSync::shard_begin() const { return static_cast<std::int64_t>(bounds_[static_cast<std::size_t>(comm_.rank())]); }
 std::int64_t GradientSync::shard_end() const { return static_cast<std::int64_t>(bounds_[static_cast<std::size_t>(comm_.rank()) + 1]); }
 
+std::string GradientSync::collectives() const {
+  if (gpu_comm_ != nullptr) return gpu_comm_->library();
+  return comm_.distributed() ? "MPI" : "";
+}
+
 double GradientSync::accumulate(std::int64_t first, std::int64_t last, const std::function<void(std::int64_t)>& run_piece) {
   if (!flat_) {
     // One process, pieces summed by autograd: nothing to lay out.
@@ -134,21 +164,42 @@ double GradientSync::accumulate(std::int64_t first, std::int64_t last, const std
   }
   std::fill(reached_.begin(), reached_.end(), 0.0f);
   // The sum over ranks overlaps the last piece's backward when that backward completes
-  // this rank's sum (and the sum goes whole to every rank).
-  const bool overlap = comm_.distributed() && !zero_ && (!deterministic_ || last - first == 1);
-  std::vector<float> flat = overlap         ? overlapped_sum(first, last, run_piece)
-                            : deterministic_ ? tree_sum(first, last, run_piece)
-                                             : gather_local(first, last, run_piece);
+  // this rank's sum (and the sum goes whole to every rank, through host memory).
+  const bool overlap = comm_.distributed() && !zero_ && gpu_comm_ == nullptr && (!deterministic_ || last - first == 1);
+  Tensor flat = overlap         ? overlapped_sum(first, last, run_piece)
+                : deterministic_ ? tree_sum(first, last, run_piece)
+                                 : gather_local(first, last, run_piece);
   {
     const CommTimer timer(comm_seconds_);
     comm_.all_reduce_sum(reached_);
     if (zero_)
-      comm_.reduce_scatter_sum(flat, bounds_);
+      reduce_scatter(flat);
     else if (!overlap)
-      comm_.all_reduce_sum(flat);
+      all_reduce(flat);
   }
   set_gradients(flat);
   return global_norm(flat);
+}
+
+void GradientSync::all_reduce(const Tensor& flat) const {
+  if (gpu_comm_ != nullptr)
+    gpu_comm_->all_reduce_sum(flat.data<float>(), static_cast<std::size_t>(flat.numel()));
+  else
+    comm_.all_reduce_sum(host_span(flat));
+}
+
+void GradientSync::reduce_scatter(const Tensor& flat) const {
+  if (gpu_comm_ != nullptr)
+    gpu_comm_->reduce_scatter_sum(flat.data<float>(), static_cast<std::size_t>(flat.numel()), bounds_);
+  else
+    comm_.reduce_scatter_sum(host_span(flat), bounds_);
+}
+
+void GradientSync::all_gather(const Tensor& flat) const {
+  if (gpu_comm_ != nullptr)
+    gpu_comm_->all_gather(flat.data<float>(), static_cast<std::size_t>(flat.numel()), bounds_);
+  else
+    comm_.all_gather(host_span(flat), bounds_);
 }
 
 std::uint64_t GradientSync::bytes_received_per_step() const {
@@ -159,18 +210,16 @@ std::uint64_t GradientSync::bytes_received_per_step() const {
   return sizeof(float) * (zero_ ? others * mine + (total - mine) : others * total);
 }
 
-std::vector<float> GradientSync::gather_local(std::int64_t first, std::int64_t last,
-                                              const std::function<void(std::int64_t)>& run_piece) {
+Tensor GradientSync::gather_local(std::int64_t first, std::int64_t last, const std::function<void(std::int64_t)>& run_piece) {
   for (std::int64_t k = first; k < last; ++k) run_piece(k);
   return take_gradients();
 }
 
 // The pieces summed by autograd as they come, and then over the ranks, the exchanges
 // starting during the last piece's backward, bucket by bucket, last bucket first.
-std::vector<float> GradientSync::overlapped_sum(std::int64_t first, std::int64_t last,
-                                                const std::function<void(std::int64_t)>& run_piece) {
+Tensor GradientSync::overlapped_sum(std::int64_t first, std::int64_t last, const std::function<void(std::int64_t)>& run_piece) {
   for (std::int64_t k = first; k + 1 < last; ++k) run_piece(k);
-  std::vector<float> flat(bounds_.back(), 0.0f);
+  const Tensor flat = Tensor::zeros({static_cast<std::int64_t>(bounds_.back())});
   for (Bucket& b : buckets_) b.waiting = b.end_param - b.first_param;
   next_bucket_ = buckets_.size();
   pending_.clear();
@@ -197,46 +246,46 @@ std::vector<float> GradientSync::overlapped_sum(std::int64_t first, std::int64_t
 
 // Bucket b's gradients into their place in `flat` (zeros where a parameter has none), and
 // their exchange started.
-void GradientSync::bucket_ready(std::size_t b, std::vector<float>& flat, bool during_backward) {
+void GradientSync::bucket_ready(std::size_t b, const Tensor& flat, bool during_backward) {
   const Bucket& bucket = buckets_[b];
   std::size_t at = bucket.begin;
   for (std::size_t i = bucket.first_param; i < bucket.end_param; ++i) {
     const Tensor g = params_[i].grad();
     if (g.defined()) {
-      copy_to_host(g, flat.data() + at);
+      copy_into(flat, at, g);
       reached_[i] = 1.0f;
     }
     at += static_cast<std::size_t>(params_[i].numel());
   }
   const std::size_t n = bucket.end - bucket.begin;
-  pending_.push_back(comm_.start_all_reduce_sum(std::span<float>(flat.data() + bucket.begin, n)));
+  pending_.push_back(comm_.start_all_reduce_sum(host_span(flat).subspan(bucket.begin, n)));
   sent_elements_ += static_cast<double>(n);
   if (during_backward) overlapped_elements_ += static_cast<double>(n);
 }
 
 // Pieces [lo, hi) summed as Communicator::tree_mid splits them: left half + right half.
-std::vector<float> GradientSync::tree_sum(std::int64_t lo, std::int64_t hi,
-                                          const std::function<void(std::int64_t)>& run_piece) {
+Tensor GradientSync::tree_sum(std::int64_t lo, std::int64_t hi, const std::function<void(std::int64_t)>& run_piece) {
   if (hi - lo == 1) {
     run_piece(lo);
     return take_gradients();
   }
   const auto mid = static_cast<std::int64_t>(dist::Communicator::tree_mid(static_cast<std::size_t>(lo), static_cast<std::size_t>(hi)));
-  std::vector<float> left = tree_sum(lo, mid, run_piece);
-  const std::vector<float> right = tree_sum(mid, hi, run_piece);
-  for (std::size_t i = 0; i < left.size(); ++i) left[i] += right[i];
-  return left;
+  const Tensor left = tree_sum(lo, mid, run_piece);
+  const Tensor right = tree_sum(mid, hi, run_piece);
+  NoGradGuard no_grad;
+  return ops::add(left, right);
 }
 
-// The gradients laid end to end (zeros where a parameter has none), then dropped from the
-// parameters, so that the next piece's backward starts from nothing.
-std::vector<float> GradientSync::take_gradients() {
-  std::vector<float> flat(bounds_.back(), 0.0f);
+// The gradients laid end to end (zeros where a parameter has none) on the device the sums
+// run on, then dropped from the parameters, so that the next piece's backward starts from
+// nothing.
+Tensor GradientSync::take_gradients() {
+  const Tensor flat = Tensor::zeros({static_cast<std::int64_t>(bounds_.back())}, DType::F32, flat_device_);
   std::size_t at = 0;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Tensor g = params_[i].grad();
     if (g.defined()) {
-      copy_to_host(g, flat.data() + at);
+      copy_into(flat, at, g);
       reached_[i] = 1.0f;
     }
     params_[i].zero_grad();
@@ -247,25 +296,30 @@ std::vector<float> GradientSync::take_gradients() {
 
 // A parameter that no piece of any rank reached keeps no gradient, as in one process, so the
 // optimizer skips it (no weight decay either).
-void GradientSync::set_gradients(const std::vector<float>& flat) {
+void GradientSync::set_gradients(const Tensor& flat) {
   std::size_t at = 0;
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    if (reached_[i] > 0) params_[i].set_grad(tensor_like(params_[i], flat.data() + at));
+    if (reached_[i] > 0) params_[i].set_grad(window_like(flat, at, params_[i]));
     at += static_cast<std::size_t>(params_[i].numel());
   }
 }
 
 // sqrt of the sum over blocks, in block order, of each block's sum of squares; each rank
 // sums the blocks of its shard (of the gradient it holds summed), then all see all blocks.
-double GradientSync::global_norm(const std::vector<float>& flat) const {
+double GradientSync::global_norm(const Tensor& flat) const {
   const std::size_t total = bounds_.back(), blocks = (total + kNormBlock - 1) / kNormBlock;
   std::vector<std::size_t> block_bounds;
   for (const std::size_t b : bounds_) block_bounds.push_back((b + kNormBlock - 1) / kNormBlock);
   std::vector<double> sums(blocks, 0.0);
   const auto r = static_cast<std::size_t>(comm_.rank());
+  // This rank's shard on the host (a copy from the GPU where the sums ran there).
+  const std::size_t begin = bounds_[r], end = bounds_[r + 1];
+  Tensor shard;
+  if (!flat.device().is_cpu()) shard = window(flat, begin, {static_cast<std::int64_t>(end - begin)}).to(Device::cpu());
+  const float* values = shard.defined() ? shard.data<float>() : flat.data<float>() + begin;
   for (std::size_t b = block_bounds[r]; b < block_bounds[r + 1]; ++b) {
-    const std::size_t begin = b * kNormBlock;
-    sums[b] = block_sum_squares(flat.data() + begin, std::min(total, begin + kNormBlock) - begin);
+    const std::size_t from = b * kNormBlock;
+    sums[b] = block_sum_squares(values + (from - begin), std::min(total, from + kNormBlock) - from);
   }
   {
     const CommTimer timer(comm_seconds_);
@@ -279,19 +333,19 @@ double GradientSync::global_norm(const std::vector<float>& flat) const {
 void GradientSync::share_updated_parameters() {
   if (!zero_) return;
   NoGradGuard no_grad;
-  std::vector<float> flat(bounds_.back());
+  const Tensor flat = Tensor::empty({static_cast<std::int64_t>(bounds_.back())}, DType::F32, flat_device_);
   std::size_t at = 0;
   for (const Tensor& p : params_) {
-    copy_to_host(p, flat.data() + at);
+    copy_into(flat, at, p);
     at += static_cast<std::size_t>(p.numel());
   }
   {
     const CommTimer timer(comm_seconds_);
-    comm_.all_gather(std::span<float>(flat), bounds_);
+    all_gather(flat);
   }
   at = 0;
   for (Tensor& p : params_) {
-    p.copy_(tensor_like(p, flat.data() + at));
+    p.copy_(window_like(flat, at, p));
     at += static_cast<std::size_t>(p.numel());
   }
 }
@@ -321,21 +375,7 @@ void GradientSync::scatter_moments(const std::map<std::string, Tensor>& on_root,
   }
   // Rank 0 checks and lays out the moments, as one process's optimizer would load them.
   std::vector<float> m(bounds_.back(), 0.0f), v(bounds_.back(), 0.0f);
-  if (comm_.is_root()) {
-    std::size_t at = 0;
-    for (std::size_t i = 0; i < params_.size(); ++i) {
-      for (auto [suffix, flat] : {std::pair{".adam_m", &m}, std::pair{".adam_v", &v}}) {
-        const std::string key = names_[i] + suffix;
-        const auto it = on_root.find(key);
-        if (it == on_root.end()) throw std::runtime_error("optimizer state: missing tensor '" + key + "'");
-        if (it->second.shape() != params_[i].shape())
-          throw std::runtime_error("optimizer state: '" + key + "' is " + it->second.str() + ", expected the shape of " +
-                                   params_[i].str());
-        copy_to_host(it->second, flat->data() + at);
-      }
-      at += static_cast<std::size_t>(params_[i].numel());
-    }
-  }
+  if (comm_.is_root()) opt_.flatten_state(on_root, m, v);
   comm_.broadcast(m.data(), m.size() * sizeof(float));
   comm_.broadcast(v.data(), v.size() * sizeof(float));
   opt_.import_moments(m, v, step);

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "engine/distributed.h"
+#include "engine/nccl.h"
 #include "engine/optim.h"
 #include "engine/tensor.h"
 
@@ -102,26 +103,39 @@ class GradientSync {
   std::int64_t shard_begin() const;
   std::int64_t shard_end() const;
 
+  // What carries the gradients between the ranks: "NCCL 2.28.9" (GPU ranks started by
+  // mpirun, in a build with NCCL; then with one rank too), "MPI" (through host memory), or
+  // "" (one process, nothing to carry).
+  std::string collectives() const;
+
   // The block of the gradient norm's sums; shards start at multiples of it.
   static constexpr std::size_t kNormBlock = 1024;
   // The size the overlap's buckets aim at (a parameter larger than this is a bucket alone).
   static constexpr std::size_t kOverlapBucketBytes = std::size_t{4} << 20;
 
  private:
-  std::vector<float> gather_local(std::int64_t first, std::int64_t last, const std::function<void(std::int64_t)>& run_piece);
-  std::vector<float> tree_sum(std::int64_t lo, std::int64_t hi, const std::function<void(std::int64_t)>& run_piece);
-  std::vector<float> take_gradients();
-  void set_gradients(const std::vector<float>& flat);
-  std::vector<float> overlapped_sum(std::int64_t first, std::int64_t last, const std::function<void(std::int64_t)>& run_piece);
-  void bucket_ready(std::size_t b, std::vector<float>& flat, bool during_backward);
-  double global_norm(const std::vector<float>& flat) const;
+  // The flat gradients are float32 tensors on flat_device_ (the host, or this rank's GPU
+  // when NCCL sums them).
+  Tensor gather_local(std::int64_t first, std::int64_t last, const std::function<void(std::int64_t)>& run_piece);
+  Tensor tree_sum(std::int64_t lo, std::int64_t hi, const std::function<void(std::int64_t)>& run_piece);
+  Tensor take_gradients();
+  void set_gradients(const Tensor& flat);
+  Tensor overlapped_sum(std::int64_t first, std::int64_t last, const std::function<void(std::int64_t)>& run_piece);
+  void bucket_ready(std::size_t b, const Tensor& flat, bool during_backward);
+  double global_norm(const Tensor& flat) const;
+  // The collectives on a flat gradient, through NCCL or MPI (host memory).
+  void all_reduce(const Tensor& flat) const;
+  void reduce_scatter(const Tensor& flat) const;
+  void all_gather(const Tensor& flat) const;
 
   const dist::Communicator& comm_;
   std::vector<std::string> names_;
   std::vector<Tensor> params_;
   Adam& opt_;
   bool deterministic_, zero_;
-  bool flat_;  // a step lays the gradient out end to end (several processes, or the fixed order)
+  bool flat_;  // a step lays the gradient out end to end (several processes, the fixed order, NCCL)
+  dist::DeviceCommunicator* gpu_comm_ = nullptr;  // NCCL, for GPU ranks started by mpirun
+  Device flat_device_ = Device::cpu();
   std::vector<std::size_t> bounds_;      // N + 1 shard edges over the flat layout
   std::vector<float> reached_;           // per parameter: did any piece reach it (1) or not (0)
   mutable double comm_seconds_ = 0;

@@ -3,8 +3,9 @@
 # CUDA, runs the whole test suite (the CUDA parity and training tests run when a device is
 # present, the bf16 GEMM among them), the CUDA teaching ladders (GEMM against cuBLAS;
 # softmax cross-entropy, layer norm and causal attention against float64), the causality
-# audit on the GPU, the paper models' steps in fp32 and bf16, and the training-step
-# comparison with PyTorch on the same GPU. Logs go to $OUT (default gpu-logs/).
+# audit on the GPU, the GPU ranks' sums through NCCL, the paper models' steps in fp32 and
+# bf16, and the training-step comparison with PyTorch on the same GPU. Logs go to $OUT
+# (default gpu-logs/).
 #
 #   OUT=/some/dir tools/gpu_check.sh
 set -uo pipefail
@@ -17,6 +18,9 @@ cmake --build build-gpu -j "$(nproc)" > "$OUT/build.log" 2>&1 || { tail -50 "$OU
 ctest --test-dir build-gpu --output-on-failure > "$OUT/ctest.log" 2>&1
 build-gpu/test_kernels -tc="*CUDA*,*cuda*" -s > "$OUT/cuda_parity.log" 2>&1
 build-gpu/test_tools -tc="CUDA*" -s > "$OUT/cuda_training.log" 2>&1
+# GPU ranks through NCCL (built only where CMake found MPI and NCCL: configure.log says).
+grep -E "wedge: (MPI|NCCL)" "$OUT/configure.log" > "$OUT/nccl.log"
+if [ -x build-gpu/test_mpi ]; then build-gpu/test_mpi -tc="GPU*" -s >> "$OUT/nccl.log" 2>&1; fi
 build-gpu/bench/cuda_gemm_ladder > "$OUT/cuda_gemm_ladder.log" 2>&1
 build-gpu/bench/cuda_softmax_ladder > "$OUT/cuda_softmax_ladder.log" 2>&1
 build-gpu/bench/cuda_layer_norm_ladder > "$OUT/cuda_layer_norm_ladder.log" 2>&1

@@ -17,6 +17,7 @@
 #include <fmt/core.h>
 
 #include "engine/autograd.h"
+#include "engine/cuda_allocator.h"
 #include "engine/distributed.h"
 #include "engine/json_field.h"
 #include "engine/optim.h"
@@ -384,6 +385,12 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   for (const std::string& note : corpus.notes) say("data: " + note);
 
   const Device device = Device::parse(st.device);
+#ifdef WEDGE_HAVE_CUDA
+  // GPU ranks sharing a machine that shows each of them several GPUs: the k-th rank of the
+  // machine takes its k-th GPU (modulo their number), as if each had been shown its own.
+  if (device.is_cuda() && comm.distributed() && dist::ranks_on_this_machine() > 1 && cuda::device_count() > 1)
+    cuda::use_device(dist::local_rank() % cuda::device_count());
+#endif
   // Every product of the run (training and evaluation) in the run's precision.
   const Precision precision = parse_precision(st.precision);
   const MatmulPrecisionGuard precision_scope(precision);
@@ -450,7 +457,9 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     say(fmt::format("ranks: {} processes (MPI), each computing {} rows of every batch of {} on {}; gradients "
                     "summed over them before each update{}",
                     comm.size(), st.batch / comm.size(), st.batch,
-                    device.is_cpu() ? fmt::format("{} threads", num_threads()) : device.str() + " (through host memory)",
+                    device.is_cpu() ? fmt::format("{} threads", num_threads())
+                    : sync.collectives() == "MPI" ? device.str() + " (through host memory)"
+                                                 : fmt::format("{} ({})", device.str(), sync.collectives()),
                     st.zero == 1 ? fmt::format("; ZeRO-1: each keeps the optimizer state of {} of the {} parameters",
                                                sync.shard_end() - sync.shard_begin(), sync.flat_size())
                                  : ""));
@@ -696,6 +705,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   result.comm_share = run_time > 0 ? sync.comm_seconds() / run_time : 0;
   result.comm_bytes_per_step = sync.bytes_received_per_step();
   result.comm_overlap = sync.overlap_share();
+  result.collectives = sync.collectives();
   return result;
 }
 

@@ -85,6 +85,7 @@ struct TrainResult {
   double comm_share = 0;  // of this invocation's step time, rank 0's time in gradient collectives
   std::uint64_t comm_bytes_per_step = 0;  // received by each rank (0 in one process)
   double comm_overlap = 0;  // share of the gradient whose exchange started during the backward pass
+  std::string collectives;  // what carried the gradients: GradientSync::collectives()
   std::int64_t parameters = 0;
   bool interrupted = false;
 };

@@ -19,6 +19,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/allocator.h"
+#include "engine/cuda_allocator.h"
+#include "engine/nccl.h"
 #include "engine/safetensors.h"
 #include "tools/trainer_support.h"
 
@@ -325,4 +328,43 @@ TEST_CASE("the sum over ranks overlaps the backward pass and keeps the bits of o
   CHECK(single.at("comm_bytes_per_step").get<double>() == 0);
   fs::remove_all(n1);
   fs::remove_all(n2);
+}
+
+// ---- GPU ranks: NCCL ------------------------------------------------------------------------
+
+TEST_CASE("GPU ranks sum through NCCL with the bits of the host's sums (runs where a GPU is present)") {
+  if (!wedge::dist::nccl_built() || !wedge::has_allocator(wedge::DeviceKind::CUDA)) {
+    MESSAGE("no NCCL in this build or no GPU on this machine: the NCCL checks did not run");
+    return;
+  }
+  // One process without mpirun sums its pieces on the host; one rank under mpirun sums them
+  // on its GPU and runs every collective through NCCL (a communicator of one). Same bits.
+  const std::string args = "train --device cuda " + model_args("grassmann") + " " + kPieces + " --out ";
+  const std::string plain = fresh("gpu_plain"), nccl = fresh("gpu_nccl1");
+  const ShellRun a = one(args + plain);
+  REQUIRE_MESSAGE(a.status == 0, a.out);
+  const ShellRun b = ranks(1, args + nccl);
+  REQUIRE_MESSAGE(b.status == 0, b.out);
+  const auto result = nlohmann::json::parse(b.out.substr(b.out.rfind('{')));
+  CHECK_MESSAGE(result.at("collectives").get<std::string>().rfind("NCCL ", 0) == 0, b.out);
+  CHECK(nlohmann::json::parse(a.out.substr(a.out.rfind('{'))).at("collectives").get<std::string>().empty());
+  CHECK(differing_tensors(plain + "/last.safetensors", nccl + "/last.safetensors").empty());
+  std::vector<std::string> dirs = {plain, nccl};
+#ifdef WEDGE_HAVE_CUDA
+  // Two GPUs or more: two ranks, each taking its own GPU, whole and with ZeRO-1.
+  if (wedge::cuda::device_count() >= 2) {
+    const std::string two = fresh("gpu_nccl2"), zero = fresh("gpu_nccl2_zero");
+    const ShellRun c = ranks(2, args + two);
+    REQUIRE_MESSAGE(c.status == 0, c.out);
+    CHECK_MESSAGE(c.out.find("(NCCL ") != std::string::npos, c.out);
+    const ShellRun d = ranks(2, args + zero + " --zero 1");
+    REQUIRE_MESSAGE(d.status == 0, d.out);
+    CHECK(differing_tensors(plain + "/last.safetensors", two + "/last.safetensors").empty());
+    CHECK(differing_tensors(plain + "/last.safetensors", zero + "/last.safetensors").empty());
+    dirs.insert(dirs.end(), {two, zero});
+  } else {
+    MESSAGE("one GPU: the checks of two NCCL ranks did not run");
+  }
+#endif
+  for (const std::string& dir : dirs) fs::remove_all(dir);
 }
