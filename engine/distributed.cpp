@@ -120,50 +120,48 @@ template <typename T> void tree_sum(const T* slices, std::size_t n, std::size_t 
   cpu->tree_sum(slices, static_cast<std::int64_t>(n), static_cast<std::int64_t>(count), out);
 }
 
-// The exchanges of one start_all_reduce_sum: one gathered buffer and one request per bucket
-// of the values (as all_reduce_sum cuts them).
-struct AsyncBucket {
-  float* values = nullptr;
-  std::size_t n = 0;
-  std::vector<float> gathered;
+// One round of a reduce-scatter: this rank's piece of every rank's shard, packed into
+// `send`, goes to that rank, and every rank's copy of this rank's piece arrives in
+// `received`, N slices one after another (MPI_Ialltoallv). Their sum lands at `first`,
+// `count` elements of the values.
+template <typename T> struct ScatterRound {
+  std::vector<T> send, received;
+  std::size_t first = 0, count = 0;
   MPI_Request request = MPI_REQUEST_NULL;
 };
 
-template <typename T> void all_reduce_sum_impl(const Communicator& comm, std::span<T> values) {
-  const auto n_ranks = static_cast<std::size_t>(comm.size());
-  const std::size_t bucket = piece_elements<T>(comm.size());
-  std::vector<T> gathered(std::min(values.size(), bucket) * n_ranks);
-  for (std::size_t begin = 0; begin < values.size(); begin += bucket) {
-    const std::size_t n = std::min(bucket, values.size() - begin);
-    T* v = values.data() + begin;
-    run_collective(comm, "all_reduce_sum", [&](MPI_Request* request) {
-      const int count = static_cast<int>(n);
-      return MPI_Iallgather(v, count, mpi_type<T>(), gathered.data(), count, mpi_type<T>(), MPI_COMM_WORLD, request);
-    });
-    tree_sum(gathered.data(), n, n_ranks, v);
-  }
+template <typename T>
+void post_scatter_round(const Communicator& comm, const T* values, const ShardRounds& shards, std::size_t k,
+                        ScatterRound<T>& round) {
+  const auto me = static_cast<std::size_t>(comm.rank());
+  const ShardRounds::Round r = shards.round(k);
+  round.send.resize(shards.buffer_elements());
+  round.received.resize(shards.buffer_elements());
+  for (std::size_t s = 0; s < shards.ranks(); ++s)
+    std::copy_n(values + r.first[s], r.counts[s], round.send.data() + r.packed_at[s]);
+  round.first = r.first[me];
+  round.count = static_cast<std::size_t>(r.counts[me]);
+  // From every rank, my piece: counts[me] values each, slice q at q * counts[me].
+  const std::vector<int> mine(shards.ranks(), r.counts[me]);
+  std::vector<int> slice_at(shards.ranks());
+  for (std::size_t q = 0; q < shards.ranks(); ++q) slice_at[q] = static_cast<int>(q) * r.counts[me];
+  check(MPI_Ialltoallv(round.send.data(), r.counts.data(), r.packed_at.data(), mpi_type<T>(), round.received.data(),
+                       mine.data(), slice_at.data(), mpi_type<T>(), MPI_COMM_WORLD, &round.request),
+        "reduce_scatter_sum");
 }
 
-// Each round sends every rank its piece of this rank's values (MPI_Ialltoallv) and receives
-// every rank's copy of its own piece, N slices one after another, then tree-sums them.
+template <typename T> void finish_scatter_round(const Communicator& comm, ScatterRound<T>& round, T* values) {
+  wait_for(comm, round.request, "reduce_scatter_sum");
+  tree_sum(round.received.data(), round.count, static_cast<std::size_t>(comm.size()), values + round.first);
+}
+
 template <typename T>
 void reduce_scatter_sum_impl(const Communicator& comm, std::span<T> values, std::span<const std::size_t> bounds) {
-  const auto me = static_cast<std::size_t>(comm.rank());
   const ShardRounds shards(bounds, piece_elements<T>(comm.size()));
-  std::vector<T> send(shards.buffer_elements()), received(shards.buffer_elements());
+  ScatterRound<T> round;  // its buffers serve every round in turn
   for (std::size_t k = 0; k < shards.rounds(); ++k) {
-    const ShardRounds::Round r = shards.round(k);
-    for (std::size_t s = 0; s < shards.ranks(); ++s)
-      std::copy_n(values.data() + r.first[s], r.counts[s], send.data() + r.packed_at[s]);
-    // From every rank, my piece: counts[me] values each, slice q at q * counts[me].
-    const std::vector<int> mine(shards.ranks(), r.counts[me]);
-    std::vector<int> slice_at(shards.ranks());
-    for (std::size_t q = 0; q < shards.ranks(); ++q) slice_at[q] = static_cast<int>(q) * r.counts[me];
-    run_collective(comm, "reduce_scatter_sum", [&](MPI_Request* request) {
-      return MPI_Ialltoallv(send.data(), r.counts.data(), r.packed_at.data(), mpi_type<T>(), received.data(), mine.data(),
-                            slice_at.data(), mpi_type<T>(), MPI_COMM_WORLD, request);
-    });
-    tree_sum(received.data(), static_cast<std::size_t>(r.counts[me]), shards.ranks(), values.data() + r.first[me]);
+    post_scatter_round(comm, values.data(), shards, k, round);
+    finish_scatter_round(comm, round, values.data());
   }
 }
 
@@ -184,6 +182,40 @@ void all_gather_impl(const Communicator& comm, std::span<T> values, std::span<co
       if (s != me) std::copy_n(gathered.data() + r.packed_at[s], r.counts[s], values.data() + r.first[s]);
   }
 }
+
+// Two ranks: each gathers the other's values, bucket by bucket, and adds. More: a
+// reduce-scatter over even shards, then an all-gather, so that a rank receives 2 (N - 1) / N
+// of the values (a ring all-reduce's volume) instead of N - 1 copies; every element is
+// still the tree-order sum of its N values, added by the rank that owns its shard.
+template <typename T> void all_reduce_sum_impl(const Communicator& comm, std::span<T> values) {
+  if (comm.size() > 2) {
+    const std::vector<std::size_t> bounds = even_bounds(values.size(), comm.size());
+    reduce_scatter_sum_impl(comm, values, bounds);
+    all_gather_impl(comm, values, bounds);
+    return;
+  }
+  const std::size_t bucket = piece_elements<T>(comm.size());
+  std::vector<T> gathered(std::min(values.size(), bucket) * 2);
+  for (std::size_t begin = 0; begin < values.size(); begin += bucket) {
+    const std::size_t n = std::min(bucket, values.size() - begin);
+    T* v = values.data() + begin;
+    run_collective(comm, "all_reduce_sum", [&](MPI_Request* request) {
+      const int count = static_cast<int>(n);
+      return MPI_Iallgather(v, count, mpi_type<T>(), gathered.data(), count, mpi_type<T>(), MPI_COMM_WORLD, request);
+    });
+    tree_sum(gathered.data(), n, 2, v);
+  }
+}
+
+// The exchanges of one start_all_reduce_sum, cut as all_reduce_sum cuts them: with two
+// ranks, a gathered buffer and a request per bucket; with more, the reduce-scatter's rounds,
+// the all-gather following in finish().
+struct AsyncBucket {
+  float* values = nullptr;
+  std::size_t n = 0;
+  std::vector<float> gathered;
+  MPI_Request request = MPI_REQUEST_NULL;
+};
 #endif
 
 }  // namespace
@@ -380,7 +412,11 @@ void Communicator::all_reduce_sum(std::span<double> values) const {
 
 struct Communicator::PendingSum::State {
 #ifdef WEDGE_HAVE_MPI
-  std::vector<AsyncBucket> buckets;
+  std::vector<AsyncBucket> buckets;  // two ranks
+  // More ranks: the reduce-scatter's rounds over even shards of `values`.
+  std::span<float> values;
+  std::vector<std::size_t> bounds;
+  std::vector<ScatterRound<float>> rounds;
 #endif
 };
 
@@ -394,12 +430,21 @@ Communicator::PendingSum Communicator::start_all_reduce_sum(std::span<float> val
   p.state_ = std::make_unique<PendingSum::State>();
 #ifdef WEDGE_HAVE_MPI
   if (!distributed()) return p;
+  if (size_ > 2) {
+    PendingSum::State& st = *p.state_;
+    st.values = values;
+    st.bounds = even_bounds(values.size(), size_);
+    const ShardRounds shards(st.bounds, piece_elements<float>(size_));
+    st.rounds.resize(shards.rounds());
+    for (std::size_t k = 0; k < shards.rounds(); ++k) post_scatter_round(*this, values.data(), shards, k, st.rounds[k]);
+    return p;
+  }
   const std::size_t bucket = piece_elements<float>(size_);
   for (std::size_t begin = 0; begin < values.size(); begin += bucket) {
     AsyncBucket& b = p.state_->buckets.emplace_back();
     b.values = values.data() + begin;
     b.n = std::min(bucket, values.size() - begin);
-    b.gathered.resize(b.n * static_cast<std::size_t>(size_));
+    b.gathered.resize(b.n * 2);
     const int count = static_cast<int>(b.n);
     check(MPI_Iallgather(b.values, count, MPI_FLOAT, b.gathered.data(), count, MPI_FLOAT, MPI_COMM_WORLD, &b.request),
           "all_reduce_sum");
@@ -410,13 +455,15 @@ Communicator::PendingSum Communicator::start_all_reduce_sum(std::span<float> val
 
 void Communicator::progress(std::span<PendingSum> pending) const {
 #ifdef WEDGE_HAVE_MPI
+  const auto test = [](MPI_Request& request) {
+    if (request == MPI_REQUEST_NULL) return;  // done already
+    int done = 0;
+    check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+  };
   for (PendingSum& p : pending) {
     if (!p.state_) continue;
-    for (AsyncBucket& b : p.state_->buckets) {
-      if (b.request == MPI_REQUEST_NULL) continue;  // done already
-      int done = 0;
-      check(MPI_Test(&b.request, &done, MPI_STATUS_IGNORE), "MPI_Test");
-    }
+    for (AsyncBucket& b : p.state_->buckets) test(b.request);
+    for (ScatterRound<float>& r : p.state_->rounds) test(r.request);
   }
 #endif
 }
@@ -424,9 +471,14 @@ void Communicator::progress(std::span<PendingSum> pending) const {
 void Communicator::finish(PendingSum& pending) const {
   if (!pending.state_) throw std::logic_error("Communicator::finish: this sum was never started (or finished already)");
 #ifdef WEDGE_HAVE_MPI
-  for (AsyncBucket& b : pending.state_->buckets) {
+  PendingSum::State& st = *pending.state_;
+  for (AsyncBucket& b : st.buckets) {
     wait_for(*this, b.request, "all_reduce_sum");
-    tree_sum(b.gathered.data(), b.n, static_cast<std::size_t>(size_), b.values);
+    tree_sum(b.gathered.data(), b.n, 2, b.values);
+  }
+  if (!st.bounds.empty()) {
+    for (ScatterRound<float>& r : st.rounds) finish_scatter_round(*this, r, st.values.data());
+    all_gather_impl(*this, st.values, st.bounds);
   }
 #endif
   pending.state_.reset();

@@ -68,13 +68,14 @@ class Communicator {
 
   // values <- the sum over ranks of values, element by element.
   //
-  // Deterministic: each rank gathers every rank's values and adds them in the tree order
-  // above, so the result depends neither on timing nor on the network's reduction tree, and
-  // it is bit-identical on every rank. The price is bandwidth: each rank receives N - 1
-  // copies instead of a ring all-reduce's 2 (N - 1) / N, which is fine for the 2 - 8
-  // processes of one or two machines and wrong for hundreds. The buffer goes through in
-  // buckets of at most kBucketBytes gathered (N slices of kBucketBytes / N), so a large model
-  // never needs N full copies of its gradient at once.
+  // Deterministic: every element is added in the tree order above, by one rank, so the
+  // result depends neither on timing nor on the network's reduction tree, and it is
+  // bit-identical on every rank. With two ranks each gathers the other's values and adds;
+  // with more, the ranks reduce-scatter even shards (each adds the N copies of its shard) and
+  // then all-gather them, so each receives 2 (N - 1) / N of the values, a ring all-reduce's
+  // volume, in two steps. The buffer goes through in buckets of at most kBucketBytes moved
+  // at once (N slices of kBucketBytes / N), so a large model never needs N full copies of
+  // its gradient.
   void all_reduce_sum(std::span<float> values) const;
   void all_reduce_sum(std::span<double> values) const;
 
@@ -84,7 +85,8 @@ class Communicator {
   // finish(). progress() lets MPI move posted exchanges along: Open MPI advances a
   // nonblocking collective only inside MPI calls, so a rank that computes between start
   // and finish should call it now and then. finish() waits (as every collective does, under
-  // the timeout) and leaves in `values` exactly what all_reduce_sum would. Every rank starts
+  // the timeout) and leaves in `values` exactly what all_reduce_sum would; with more than
+  // two ranks only the reduce-scatter travels early, finish() runs the all-gather. Every rank starts
   // the same exchanges in the same order. Dropping a PendingSum that was never finished
   // (an exception on the way) leaves its exchange to MPI_Finalize or the job's end.
   class PendingSum {

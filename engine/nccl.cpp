@@ -11,6 +11,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "engine/cuda_allocator.h"
 #include "engine/cuda_stream.h"
@@ -130,10 +131,17 @@ std::string DeviceCommunicator::library() const {
   return fmt::format("NCCL {}.{}.{}", version / 10000, version / 100 % 100, version % 100);
 }
 
-// Buckets of values as the host all-reduce cuts them: every rank's bucket gathered, N
-// slices one after another, then added in the tree order into place.
+// As the host all-reduce: with more than two ranks a reduce-scatter over even shards and
+// an all-gather; with two (or one), buckets of every rank's values gathered, N slices one
+// after another, then added in the tree order into place.
 void DeviceCommunicator::all_reduce_sum(float* values, std::size_t n) const {
   const auto ranks = static_cast<std::size_t>(state_->size);
+  if (ranks > 2) {
+    const std::vector<std::size_t> bounds = even_bounds(n, state_->size);
+    reduce_scatter_sum(values, n, bounds);
+    all_gather(values, n, bounds);
+    return;
+  }
   const std::size_t bucket = piece_elements<float>(state_->size);
   const Scratch gathered(std::min(n, bucket) * ranks);
   for (std::size_t begin = 0; begin < n; begin += bucket) {

@@ -15,6 +15,13 @@ namespace wedge::dist {
 // wrong, the collective named.
 void check_shard_bounds(std::span<const std::size_t> bounds, std::size_t n_values, int n_ranks, const char* collective);
 
+// The even shards of an all-reduce over more than two ranks: rank r's [r n / N, (r + 1) n / N).
+inline std::vector<std::size_t> even_bounds(std::size_t n, int ranks) {
+  std::vector<std::size_t> bounds;
+  for (std::size_t r = 0; r <= static_cast<std::size_t>(ranks); ++r) bounds.push_back(r * n / static_cast<std::size_t>(ranks));
+  return bounds;
+}
+
 // How many elements of T one rank contributes to a bucket of all_reduce_sum or a round of
 // the sharded collectives, so that the N ranks' pieces together fit in kBucketBytes. That
 // bound also keeps every count and offset that MPI sees an int.

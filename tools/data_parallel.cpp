@@ -207,7 +207,9 @@ std::uint64_t GradientSync::bytes_received_per_step() const {
   const auto others = static_cast<std::uint64_t>(comm_.size() - 1);
   const auto mine = static_cast<std::uint64_t>(shard_end() - shard_begin());
   const std::uint64_t total = bounds_.back();
-  return sizeof(float) * (zero_ ? others * mine + (total - mine) : others * total);
+  // Two ranks gather each other's gradient; more reduce-scatter and all-gather it, as ZeRO-1
+  // does (engine/distributed.h), over even shards that hold about as much as this rank's.
+  return sizeof(float) * (zero_ || comm_.size() > 2 ? others * mine + (total - mine) : others * total);
 }
 
 Tensor GradientSync::gather_local(std::int64_t first, std::int64_t last, const std::function<void(std::int64_t)>& run_piece) {

@@ -88,10 +88,11 @@ class GradientSync {
   // Seconds this rank spent in the collectives of accumulate() and
   // share_updated_parameters() since it was made (waiting for slower ranks included).
   double comm_seconds() const { return comm_seconds_; }
-  // Bytes each rank receives per step in those collectives: N - 1 copies of the float32
-  // gradient (the all-reduce gathers every rank's), or under ZeRO-1 N - 1 copies of its
-  // gradient shard plus every other rank's shard of the parameters, about 2 (N - 1) / N of
-  // the gradient. (The norm's block sums and the "reached" flags add well under 1 %.)
+  // Bytes each rank receives per step in those collectives: with two ranks, the other's
+  // float32 gradient (the all-reduce gathers it); with more, or under ZeRO-1, N - 1 copies of
+  // its shard of the gradient plus every other rank's shard (of the summed gradient, or of
+  // the updated parameters), about 2 (N - 1) / N of the gradient. (The norm's block sums and
+  // the "reached" flags add well under 1 %.)
   std::uint64_t bytes_received_per_step() const;
 
   // Of the gradient elements sent so far, the share whose exchange started while the
