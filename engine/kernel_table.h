@@ -302,6 +302,9 @@ inline bool has_kernel(const MemoryTable& t, KernelId id) {
 // T = double on CUDA, or a program that did not link wedge::kernels).
 template <typename T>
 const KernelTable<T>* kernel_table(int device_kind);
+// The two that exist, declared before any use (kernel_table.cpp defines them).
+template <> const KernelTable<float>* kernel_table<float>(int device_kind);
+template <> const KernelTable<double>* kernel_table<double>(int device_kind);
 const MemoryTable* memory_table(int device_kind);
 
 // A device's backend registers its tables at start-up, from a static registrar in its own

@@ -62,15 +62,6 @@ struct Row {
   std::optional<PaperRow> paper;
 };
 
-std::string with_commas(std::int64_t n) {
-  std::string digits = std::to_string(n < 0 ? -n : n), out = n < 0 ? "-" : "";
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
-
 std::string percent(double share) { return fmt::format("{:.2f} %", 100.0 * share); }
 
 // Throws std::invalid_argument naming the flag (main prints it as one line).

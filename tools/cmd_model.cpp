@@ -78,14 +78,6 @@ std::string part_meaning(const std::string& part) {
   return it == meaning.end() ? "" : it->second;
 }
 
-std::string with_commas(std::int64_t n) {
-  std::string digits = std::to_string(n), out;
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
 
 void run_params(const ModelFlags& flags, bool json) {
   // A bad flag throws std::invalid_argument naming it; main turns that into one line.
@@ -163,6 +155,15 @@ void run_audit(const ModelFlags& flags, const AuditFlags& audit) {
 }
 
 }  // namespace
+
+std::string with_commas(std::int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n), out = n < 0 ? "-" : "";
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
 
 void register_model_commands(CLI::App& app) {
   {

@@ -3,6 +3,9 @@
 // A command's callback throws std::exception on failure; main prints "error: <what>".
 #pragma once
 
+#include <cstdint>
+#include <string>
+
 namespace CLI { class App; }
 
 namespace wedge::tools {
@@ -12,5 +15,8 @@ void register_data_commands(CLI::App& app);   // wedge tokenize / vocab train / 
 void register_model_commands(CLI::App& app);  // wedge params / audit-causal
 void register_train_commands(CLI::App& app);  // wedge train / eval / generate / plot / bench-step
 void register_depsim_command(CLI::App& app);  // wedge depsim
+
+// n with a comma between groups of three digits, for the commands' tables: -1,234,567.
+std::string with_commas(std::int64_t n);
 
 }  // namespace wedge::tools

@@ -12,13 +12,6 @@ namespace wedge::kernels::ref {
 
 namespace {
 
-constexpr acc_t kInvSqrt2 = 0.70710678118654752440;
-constexpr acc_t kInvSqrt2Pi = 0.39894228040143267794;
-
-// Standard normal CDF Phi(x) = (1 + erf(x / sqrt 2)) / 2 and density phi(x).
-acc_t normal_cdf(acc_t x) { return 0.5 * (1.0 + std::erf(x * kInvSqrt2)); }
-acc_t normal_pdf(acc_t x) { return kInvSqrt2Pi * std::exp(-0.5 * x * x); }
-
 acc_t apply_unary(UnaryOp op, acc_t param, acc_t x) {
   switch (op) {
     case UnaryOp::Neg: return -x;

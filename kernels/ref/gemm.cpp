@@ -9,13 +9,11 @@
 
 #include "kernels/ref/bf16.h"
 #include "kernels/ref/ref.h"
+#include "kernels/ref/scalar_math.h"
 
 namespace wedge::kernels::ref {
 
 namespace {
-
-acc_t normal_cdf(acc_t x) { return 0.5 * (1.0 + std::erf(x * 0.70710678118654752440)); }
-acc_t normal_pdf(acc_t x) { return 0.39894228040143267794 * std::exp(-0.5 * x * x); }
 
 // Writes h (bias already added) to C — and to aux, with C = gelu(h), under GELU.
 template <typename T>

@@ -8,6 +8,12 @@
 
 namespace wedge::kernels::ref {
 
+// The standard normal CDF Phi(x) = (1 + erf(x / sqrt 2)) / 2 and density phi(x): the exact
+// GELU x Phi(x) and its derivative Phi(x) + x phi(x), in the unary kernels and the GEMM's
+// epilogue alike.
+inline acc_t normal_cdf(acc_t x) { return 0.5 * (1.0 + std::erf(x * 0.70710678118654752440)); }
+inline acc_t normal_pdf(acc_t x) { return 0.39894228040143267794 * std::exp(-0.5 * x * x); }
+
 // sigmoid(x) = 1 / (1 + e^-x), evaluated so that e^(something) never overflows.
 inline acc_t sigmoid(acc_t x) {
   if (x >= 0) return 1.0 / (1.0 + std::exp(-x));
