@@ -15,8 +15,9 @@
 # built: they are not run here.
 #
 # What runs: every room's suite (engine, ops, kernels, data, models, tools) in full, and
-# the install-and-build check of the examples. Nothing is left out: under the sanitizers
-# the suite takes about twice its normal time (the figures are in tools/README.md).
+# the install-and-build check of the examples, as many tests at a time as there are cores
+# (the MPI tests alone). Nothing is left out: under the sanitizers the suite takes about
+# twice its normal time (the figures are in tools/README.md).
 #
 # Run-time options (set them in the environment to override):
 #   ASAN_OPTIONS   halt_on_error=1, detect_leaks=1 (LeakSanitizer at exit),
@@ -44,6 +45,6 @@ cmake --build "$BUILD_DIR" -j "$(nproc)"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:check_initialization_order=1:strict_string_checks=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
 
-echo "sanitize: running the tests under the sanitizers"
-ctest --test-dir "$BUILD_DIR" --output-on-failure "$@"
+echo "sanitize: running the tests under the sanitizers, $(nproc) at a time"
+ctest --test-dir "$BUILD_DIR" -j "$(nproc)" --output-on-failure "$@"
 echo "sanitize: no sanitizer reports"
