@@ -10,6 +10,8 @@
 //      pieces, so the bits do not depend on which rank computed which piece.
 //   2. The ranks' sums are summed (in the same tree order over ranks): every rank receives
 //      the whole gradient, or with ZeRO stage 1 only its shard of it (a reduce-scatter).
+//      The sums run where the gradients are laid out: on the host, through MPI, or, for GPU
+//      ranks that mpirun started in a build with NCCL, on the GPU (engine/nccl.h).
 //      Without ZeRO-1, when the last piece's backward completes the rank's sum (pieces
 //      summed as they come, or one piece per rank), the sum over ranks overlaps that
 //      backward: the parameters form buckets of about kOverlapBucketBytes, and a bucket's
