@@ -413,10 +413,12 @@ void Communicator::all_reduce_sum(std::span<double> values) const {
 struct Communicator::PendingSum::State {
 #ifdef WEDGE_HAVE_MPI
   std::vector<AsyncBucket> buckets;  // two ranks
-  // More ranks: the reduce-scatter's rounds over even shards of `values`.
+  // More ranks, or a reduce-scatter: its rounds over the shards `bounds` of `values`, and
+  // whether an all-gather of the summed shards completes it (an all-reduce).
   std::span<float> values;
   std::vector<std::size_t> bounds;
   std::vector<ScatterRound<float>> rounds;
+  bool gather = false;
 #endif
 };
 
@@ -431,12 +433,8 @@ Communicator::PendingSum Communicator::start_all_reduce_sum(std::span<float> val
 #ifdef WEDGE_HAVE_MPI
   if (!distributed()) return p;
   if (size_ > 2) {
-    PendingSum::State& st = *p.state_;
-    st.values = values;
-    st.bounds = even_bounds(values.size(), size_);
-    const ShardRounds shards(st.bounds, piece_elements<float>(size_));
-    st.rounds.resize(shards.rounds());
-    for (std::size_t k = 0; k < shards.rounds(); ++k) post_scatter_round(*this, values.data(), shards, k, st.rounds[k]);
+    p = start_reduce_scatter_sum(values, even_bounds(values.size(), size_));
+    p.state_->gather = true;
     return p;
   }
   const std::size_t bucket = piece_elements<float>(size_);
@@ -449,6 +447,23 @@ Communicator::PendingSum Communicator::start_all_reduce_sum(std::span<float> val
     check(MPI_Iallgather(b.values, count, MPI_FLOAT, b.gathered.data(), count, MPI_FLOAT, MPI_COMM_WORLD, &b.request),
           "all_reduce_sum");
   }
+#endif
+  return p;
+}
+
+Communicator::PendingSum Communicator::start_reduce_scatter_sum(std::span<float> values,
+                                                                std::span<const std::size_t> bounds) const {
+  check_shard_bounds(bounds, values.size(), size_, "reduce_scatter_sum");
+  PendingSum p;
+  p.state_ = std::make_unique<PendingSum::State>();
+#ifdef WEDGE_HAVE_MPI
+  if (!distributed()) return p;
+  PendingSum::State& st = *p.state_;
+  st.values = values;
+  st.bounds.assign(bounds.begin(), bounds.end());
+  const ShardRounds shards(st.bounds, piece_elements<float>(size_));
+  st.rounds.resize(shards.rounds());
+  for (std::size_t k = 0; k < shards.rounds(); ++k) post_scatter_round(*this, values.data(), shards, k, st.rounds[k]);
 #endif
   return p;
 }
@@ -476,10 +491,8 @@ void Communicator::finish(PendingSum& pending) const {
     wait_for(*this, b.request, "all_reduce_sum");
     tree_sum(b.gathered.data(), b.n, 2, b.values);
   }
-  if (!st.bounds.empty()) {
-    for (ScatterRound<float>& r : st.rounds) finish_scatter_round(*this, r, st.values.data());
-    all_gather_impl(*this, st.values, st.bounds);
-  }
+  for (ScatterRound<float>& r : st.rounds) finish_scatter_round(*this, r, st.values.data());
+  if (st.gather) all_gather_impl(*this, st.values, st.bounds);
 #endif
   pending.state_.reset();
 }

@@ -86,7 +86,8 @@ class Communicator {
   // nonblocking collective only inside MPI calls, so a rank that computes between start
   // and finish should call it now and then. finish() waits (as every collective does, under
   // the timeout) and leaves in `values` exactly what all_reduce_sum would; with more than
-  // two ranks only the reduce-scatter travels early, finish() runs the all-gather. Every rank starts
+  // two ranks only the reduce-scatter travels early, finish() runs the all-gather.
+  // start_reduce_scatter_sum is the same for reduce_scatter_sum (below). Every rank starts
   // the same exchanges in the same order. Dropping a PendingSum that was never finished
   // (an exception on the way) leaves its exchange to MPI_Finalize or the job's end.
   class PendingSum {
@@ -102,6 +103,7 @@ class Communicator {
     std::unique_ptr<State> state_;
   };
   PendingSum start_all_reduce_sum(std::span<float> values) const;
+  PendingSum start_reduce_scatter_sum(std::span<float> values, std::span<const std::size_t> bounds) const;
   void progress(std::span<PendingSum> pending) const;
   void finish(PendingSum& pending) const;
 

@@ -164,18 +164,20 @@ double GradientSync::accumulate(std::int64_t first, std::int64_t last, const std
   }
   std::fill(reached_.begin(), reached_.end(), 0.0f);
   // The sum over ranks overlaps the last piece's backward when that backward completes
-  // this rank's sum (and the sum goes whole to every rank, through host memory).
-  const bool overlap = comm_.distributed() && !zero_ && gpu_comm_ == nullptr && (!deterministic_ || last - first == 1);
+  // this rank's sum (through host memory).
+  const bool overlap = comm_.distributed() && gpu_comm_ == nullptr && (!deterministic_ || last - first == 1);
   Tensor flat = overlap         ? overlapped_sum(first, last, run_piece)
                 : deterministic_ ? tree_sum(first, last, run_piece)
                                  : gather_local(first, last, run_piece);
   {
     const CommTimer timer(comm_seconds_);
     comm_.all_reduce_sum(reached_);
-    if (zero_)
-      reduce_scatter(flat);
-    else if (!overlap)
-      all_reduce(flat);
+    if (!overlap) {
+      if (zero_)
+        reduce_scatter(flat);
+      else
+        all_reduce(flat);
+    }
   }
   set_gradients(flat);
   return global_norm(flat);
@@ -260,7 +262,15 @@ void GradientSync::bucket_ready(std::size_t b, const Tensor& flat, bool during_b
     at += static_cast<std::size_t>(params_[i].numel());
   }
   const std::size_t n = bucket.end - bucket.begin;
-  pending_.push_back(comm_.start_all_reduce_sum(host_span(flat).subspan(bucket.begin, n)));
+  const std::span<float> values = host_span(flat).subspan(bucket.begin, n);
+  if (zero_) {
+    // ZeRO-1: each rank's shard of the bucket, the shards' bounds clipped to the bucket.
+    std::vector<std::size_t> bounds;
+    for (const std::size_t edge : bounds_) bounds.push_back(std::clamp(edge, bucket.begin, bucket.end) - bucket.begin);
+    pending_.push_back(comm_.start_reduce_scatter_sum(values, bounds));
+  } else {
+    pending_.push_back(comm_.start_all_reduce_sum(values));
+  }
   sent_elements_ += static_cast<double>(n);
   if (during_backward) overlapped_elements_ += static_cast<double>(n);
 }

@@ -12,12 +12,13 @@
 //      the whole gradient, or with ZeRO stage 1 only its shard of it (a reduce-scatter).
 //      The sums run where the gradients are laid out: on the host, through MPI, or, for GPU
 //      ranks that mpirun started in a build with NCCL, on the GPU (engine/nccl.h).
-//      Without ZeRO-1, when the last piece's backward completes the rank's sum (pieces
-//      summed as they come, or one piece per rank), the sum over ranks overlaps that
-//      backward: the parameters form buckets of about kOverlapBucketBytes, and a bucket's
-//      exchange starts as soon as autograd has finished the gradients of its parameters and
-//      of every bucket after it (engine/autograd.h LeafGradientHook), last bucket first, so
-//      that every rank starts them in one order. The bits are those of one all-reduce.
+//      When the last piece's backward completes the rank's sum (pieces summed as they come,
+//      or one piece per rank), the sum over ranks overlaps that backward: the parameters
+//      form buckets of about kOverlapBucketBytes, and a bucket's exchange (its all-reduce,
+//      or under ZeRO-1 its reduce-scatter) starts as soon as autograd has finished the
+//      gradients of its parameters and of every bucket after it (engine/autograd.h
+//      LeafGradientHook), last bucket first, so that every rank starts them in one order.
+//      The bits are those of one collective over the whole gradient.
 //   3. The gradient's global norm, for clipping, is summed in double over fixed blocks of
 //      the gradient laid end to end, each rank taking the blocks of its shard.
 //   4. AdamW updates the parameters; under ZeRO-1 each rank updates its shard only (and

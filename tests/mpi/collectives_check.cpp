@@ -140,6 +140,13 @@ void check_reduce_scatter(const Communicator& comm, std::size_t last) {
   comm.reduce_scatter_sum(v, bounds);
   const auto r = static_cast<std::size_t>(comm.rank());
   expect_tree_sums(comm, v, bounds[r], bounds[r + 1], "reduce_scatter_sum");
+  // Started and finished apart, with progress() between: the same sums.
+  std::vector<float> w = generated<float>(comm, bounds.back());
+  std::vector<Communicator::PendingSum> pending;
+  pending.push_back(comm.start_reduce_scatter_sum(w, bounds));
+  for (int i = 0; i < 10; ++i) comm.progress(pending);
+  comm.finish(pending[0]);
+  expect_tree_sums(comm, w, bounds[r], bounds[r + 1], "start_reduce_scatter_sum");
 }
 
 // Each rank fills its own shard, NaN elsewhere; every element must come back from its shard's owner.
@@ -235,8 +242,8 @@ int main() {
   comm.barrier();
   if (failures > 0) return 1;
   if (comm.is_root())
-    std::printf("collectives: all-reduce in tree order (float, double; %d ranks, 3 buckets; started and finished apart), reduce-scatter, all-gather "
-                "(uneven shards), broadcast, string all-gather ok\n",
+    std::printf("collectives: all-reduce in tree order (float, double; %d ranks, 3 buckets; started and finished apart), reduce-scatter (also started and "
+                "finished apart), all-gather (uneven shards), broadcast, string all-gather ok\n",
                 comm.size());
   Communicator::finalize();
   return 0;

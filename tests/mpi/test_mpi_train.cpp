@@ -313,7 +313,7 @@ TEST_CASE("the sum over ranks overlaps the backward pass and keeps the bits of o
   const std::string args =
       "train --model transformer --layers 2 --d-model 256 --d-ff 1024 --heads 4 --block 16 --lr 1e-3 --seed 5 "
       "--max-steps 4 --eval-every 4 --json --batch 8 --micro-batch 4 --deterministic --out ";
-  const std::string n1 = fresh("overlap1"), n2 = fresh("overlap2");
+  const std::string n1 = fresh("overlap1"), n2 = fresh("overlap2"), z2 = fresh("overlap2_zero");
   const ShellRun a = one(args + n1);
   REQUIRE_MESSAGE(a.status == 0, a.out);
   const ShellRun b = ranks(2, args + n2);
@@ -322,6 +322,12 @@ TEST_CASE("the sum over ranks overlaps the backward pass and keeps the bits of o
   const auto result = nlohmann::json::parse(b.out.substr(b.out.rfind('{')));
   CHECK(result.at("comm_overlap").get<double>() > 0.5);
   CHECK(result.at("comm_bytes_per_step").get<double>() > 4.0 * 1e6);  // one copy of a ~1.6 M float gradient
+  // ZeRO-1: the buckets' reduce-scatters leave during the backward too, with the same bits.
+  const ShellRun z = ranks(2, args + z2 + " --zero 1");
+  REQUIRE_MESSAGE(z.status == 0, z.out);
+  CHECK(differing_tensors(n1 + "/last.safetensors", z2 + "/last.safetensors").empty());
+  CHECK(nlohmann::json::parse(z.out.substr(z.out.rfind('{'))).at("comm_overlap").get<double>() > 0.5);
+  fs::remove_all(z2);
   // One process sends nothing.
   const auto single = nlohmann::json::parse(a.out.substr(a.out.rfind('{')));
   CHECK(single.at("comm_overlap").get<double>() == 0);
