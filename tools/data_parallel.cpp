@@ -163,9 +163,8 @@ double GradientSync::accumulate(std::int64_t first, std::int64_t last, const std
     return grad_norm(params_);
   }
   std::fill(reached_.begin(), reached_.end(), 0.0f);
-  // The sum over ranks overlaps the last piece's backward when that backward completes
-  // this rank's sum (through host memory).
-  const bool overlap = comm_.distributed() && gpu_comm_ == nullptr && (!deterministic_ || last - first == 1);
+  // The sum over ranks overlaps the last piece's backward (through host memory).
+  const bool overlap = comm_.distributed() && gpu_comm_ == nullptr;
   Tensor flat = overlap         ? overlapped_sum(first, last, run_piece)
                 : deterministic_ ? tree_sum(first, last, run_piece)
                                  : gather_local(first, last, run_piece);
@@ -219,10 +218,24 @@ Tensor GradientSync::gather_local(std::int64_t first, std::int64_t last, const s
   return take_gradients();
 }
 
-// The pieces summed by autograd as they come, and then over the ranks, the exchanges
-// starting during the last piece's backward, bucket by bucket, last bucket first.
+// The pieces summed, and then over the ranks, the exchanges starting during the last
+// piece's backward, bucket by bucket, last bucket first. The pieces before the last are
+// summed by autograd as they come, or, in the fixed order, as the left halves along the
+// tree's path down to the last piece: [lo, hi) = [lo, mid) + [mid, hi) with the last piece
+// in [mid, hi), so the sum is left_1 + (left_2 + (... + (left_k + last))), and a bucket
+// of the last piece completes its sum with k additions of the left halves' buckets.
 Tensor GradientSync::overlapped_sum(std::int64_t first, std::int64_t last, const std::function<void(std::int64_t)>& run_piece) {
-  for (std::int64_t k = first; k + 1 < last; ++k) run_piece(k);
+  lefts_.clear();
+  if (deterministic_) {
+    for (std::int64_t lo = first; last - lo > 1;) {
+      const auto mid =
+          static_cast<std::int64_t>(dist::Communicator::tree_mid(static_cast<std::size_t>(lo), static_cast<std::size_t>(last)));
+      lefts_.push_back(tree_sum(lo, mid, run_piece));
+      lo = mid;
+    }
+  } else {
+    for (std::int64_t k = first; k + 1 < last; ++k) run_piece(k);
+  }
   const Tensor flat = Tensor::zeros({static_cast<std::int64_t>(bounds_.back())});
   for (Bucket& b : buckets_) b.waiting = b.end_param - b.first_param;
   next_bucket_ = buckets_.size();
@@ -244,6 +257,7 @@ Tensor GradientSync::overlapped_sum(std::int64_t first, std::int64_t last, const
   while (next_bucket_ > 0) bucket_ready(--next_bucket_, flat, false);
   for (dist::Communicator::PendingSum& p : pending_) comm_.finish(p);
   pending_.clear();
+  lefts_.clear();
   for (Tensor& p : params_) p.zero_grad();
   return flat;
 }
@@ -263,6 +277,11 @@ void GradientSync::bucket_ready(std::size_t b, const Tensor& flat, bool during_b
   }
   const std::size_t n = bucket.end - bucket.begin;
   const std::span<float> values = host_span(flat).subspan(bucket.begin, n);
+  // The fixed order: the left halves along the path to the last piece, innermost first.
+  for (auto left = lefts_.rbegin(); left != lefts_.rend(); ++left) {
+    const float* l = left->data<float>() + bucket.begin;
+    for (std::size_t e = 0; e < n; ++e) values[e] = l[e] + values[e];
+  }
   if (zero_) {
     // ZeRO-1: each rank's shard of the bucket, the shards' bounds clipped to the bucket.
     std::vector<std::size_t> bounds;

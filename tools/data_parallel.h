@@ -12,8 +12,8 @@
 //      the whole gradient, or with ZeRO stage 1 only its shard of it (a reduce-scatter).
 //      The sums run where the gradients are laid out: on the host, through MPI, or, for GPU
 //      ranks that mpirun started in a build with NCCL, on the GPU (engine/nccl.h).
-//      When the last piece's backward completes the rank's sum (pieces summed as they come,
-//      or one piece per rank), the sum over ranks overlaps that backward: the parameters
+//      The sum over ranks overlaps the last piece's backward (the pieces before it summed
+//      already, as they come or as the fixed order's left halves): the parameters
 //      form buckets of about kOverlapBucketBytes, and a bucket's exchange (its all-reduce,
 //      or under ZeRO-1 its reduce-scatter) starts as soon as autograd has finished the
 //      gradients of its parameters and of every bucket after it (engine/autograd.h
@@ -152,6 +152,7 @@ class GradientSync {
   std::vector<std::size_t> bucket_of_;  // per parameter
   std::unordered_map<const TensorImpl*, std::size_t> param_index_;
   std::vector<dist::Communicator::PendingSum> pending_;
+  std::vector<Tensor> lefts_;  // the fixed order's left halves before the last piece, outermost first
   std::size_t next_bucket_ = 0;  // buckets [next_bucket_, end) have started; next_bucket_ - 1 goes next
   double sent_elements_ = 0, overlapped_elements_ = 0;  // global_norm is const but times its gather
 };

@@ -251,6 +251,22 @@ TEST_CASE("--deterministic: 1, 2 and 4 processes give bit-identical weights and 
   fs::remove_all(l2);
 }
 
+TEST_CASE("--deterministic with several pieces per process overlaps the backward and keeps the bits") {
+  // 8 pieces of one row: 4 per process on 2 processes, whose sum is
+  // (p0 + p1) + (p2 + p3): the last piece's buckets complete it with two additions, in
+  // that order, during its backward (another grouping gives other bits).
+  const std::string args = "train " + model_args("grassmann") + " " + kSizes + " --batch 8 --micro-batch 1 --deterministic --out ";
+  const std::string n1 = fresh("det_pieces1"), n2 = fresh("det_pieces2");
+  const ShellRun a = one(args + n1);
+  REQUIRE_MESSAGE(a.status == 0, a.out);
+  const ShellRun b = ranks(2, args + n2);
+  REQUIRE_MESSAGE(b.status == 0, b.out);
+  CHECK(differing_tensors(n1 + "/last.safetensors", n2 + "/last.safetensors").empty());
+  CHECK(nlohmann::json::parse(b.out.substr(b.out.rfind('{'))).at("comm_overlap").get<double>() > 0.5);
+  fs::remove_all(n1);
+  fs::remove_all(n2);
+}
+
 TEST_CASE("--micro-batch in one process accumulates the whole batch's gradient") {
   const std::string args = "train --model transformer --dropout 0.1 " + kSizes + " --batch 8 --out ";
   const std::string whole = fresh("acc_whole"), pieces = fresh("acc_pieces");
