@@ -110,6 +110,19 @@ std::vector<std::string> differing_tensors(const std::string& a, const std::stri
   return differ;
 }
 
+// The run's result: the JSON object rank 0 prints last.
+nlohmann::json result_of(const ShellRun& r) { return nlohmann::json::parse(r.out.substr(r.out.rfind('{'))); }
+
+// `args` (a command line ending in --out) in one process into `alone`, then on n ranks
+// under mpirun into `split`; both must succeed.
+std::pair<ShellRun, ShellRun> alone_and_on(int n, const std::string& args, const std::string& alone, const std::string& split) {
+  ShellRun a = one(args + alone);
+  REQUIRE_MESSAGE(a.status == 0, a.out);
+  ShellRun b = ranks(n, args + split);
+  REQUIRE_MESSAGE(b.status == 0, b.out);
+  return {a, b};
+}
+
 const std::string kSizes =
     "--layers 1 --d-model 16 --d-ff 32 --heads 2 --rank 4 --block 16 --lr 3e-3 --seed 3 --max-steps 20 --eval-every 10 "
     "--json";
@@ -257,12 +270,9 @@ TEST_CASE("--deterministic with several pieces per process overlaps the backward
   // that order, during its backward (another grouping gives other bits).
   const std::string args = "train " + model_args("grassmann") + " " + kSizes + " --batch 8 --micro-batch 1 --deterministic --out ";
   const std::string n1 = fresh("det_pieces1"), n2 = fresh("det_pieces2");
-  const ShellRun a = one(args + n1);
-  REQUIRE_MESSAGE(a.status == 0, a.out);
-  const ShellRun b = ranks(2, args + n2);
-  REQUIRE_MESSAGE(b.status == 0, b.out);
+  const auto [a, b] = alone_and_on(2, args, n1, n2);
   CHECK(differing_tensors(n1 + "/last.safetensors", n2 + "/last.safetensors").empty());
-  CHECK(nlohmann::json::parse(b.out.substr(b.out.rfind('{'))).at("comm_overlap").get<double>() > 0.5);
+  CHECK(result_of(b).at("comm_overlap").get<double>() > 0.5);
   fs::remove_all(n1);
   fs::remove_all(n2);
 }
@@ -330,22 +340,19 @@ TEST_CASE("the sum over ranks overlaps the backward pass and keeps the bits of o
       "train --model transformer --layers 2 --d-model 256 --d-ff 1024 --heads 4 --block 16 --lr 1e-3 --seed 5 "
       "--max-steps 4 --eval-every 4 --json --batch 8 --micro-batch 4 --deterministic --out ";
   const std::string n1 = fresh("overlap1"), n2 = fresh("overlap2"), z2 = fresh("overlap2_zero");
-  const ShellRun a = one(args + n1);
-  REQUIRE_MESSAGE(a.status == 0, a.out);
-  const ShellRun b = ranks(2, args + n2);
-  REQUIRE_MESSAGE(b.status == 0, b.out);
+  const auto [a, b] = alone_and_on(2, args, n1, n2);
   CHECK(differing_tensors(n1 + "/last.safetensors", n2 + "/last.safetensors").empty());
-  const auto result = nlohmann::json::parse(b.out.substr(b.out.rfind('{')));
+  const auto result = result_of(b);
   CHECK(result.at("comm_overlap").get<double>() > 0.5);
   CHECK(result.at("comm_bytes_per_step").get<double>() > 4.0 * 1e6);  // one copy of a ~1.6 M float gradient
   // ZeRO-1: the buckets' reduce-scatters leave during the backward too, with the same bits.
   const ShellRun z = ranks(2, args + z2 + " --zero 1");
   REQUIRE_MESSAGE(z.status == 0, z.out);
   CHECK(differing_tensors(n1 + "/last.safetensors", z2 + "/last.safetensors").empty());
-  CHECK(nlohmann::json::parse(z.out.substr(z.out.rfind('{'))).at("comm_overlap").get<double>() > 0.5);
+  CHECK(result_of(z).at("comm_overlap").get<double>() > 0.5);
   fs::remove_all(z2);
   // One process sends nothing.
-  const auto single = nlohmann::json::parse(a.out.substr(a.out.rfind('{')));
+  const auto single = result_of(a);
   CHECK(single.at("comm_overlap").get<double>() == 0);
   CHECK(single.at("comm_bytes_per_step").get<double>() == 0);
   fs::remove_all(n1);
@@ -363,13 +370,9 @@ TEST_CASE("GPU ranks sum through NCCL with the bits of the host's sums (runs whe
   // on its GPU and runs every collective through NCCL (a communicator of one). Same bits.
   const std::string args = "train --device cuda " + model_args("grassmann") + " " + kPieces + " --out ";
   const std::string plain = fresh("gpu_plain"), nccl = fresh("gpu_nccl1");
-  const ShellRun a = one(args + plain);
-  REQUIRE_MESSAGE(a.status == 0, a.out);
-  const ShellRun b = ranks(1, args + nccl);
-  REQUIRE_MESSAGE(b.status == 0, b.out);
-  const auto result = nlohmann::json::parse(b.out.substr(b.out.rfind('{')));
-  CHECK_MESSAGE(result.at("collectives").get<std::string>().rfind("NCCL ", 0) == 0, b.out);
-  CHECK(nlohmann::json::parse(a.out.substr(a.out.rfind('{'))).at("collectives").get<std::string>().empty());
+  const auto [a, b] = alone_and_on(1, args, plain, nccl);
+  CHECK_MESSAGE(result_of(b).at("collectives").get<std::string>().rfind("NCCL ", 0) == 0, b.out);
+  CHECK(result_of(a).at("collectives").get<std::string>().empty());
   CHECK(differing_tensors(plain + "/last.safetensors", nccl + "/last.safetensors").empty());
   std::vector<std::string> dirs = {plain, nccl};
 #ifdef WEDGE_HAVE_CUDA
