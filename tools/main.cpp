@@ -9,6 +9,7 @@
 #include <fmt/core.h>
 
 #include "engine/distributed.h"
+#include "engine/nccl.h"
 #include "engine/text_escape.h"
 #include "kernels/tables.h"
 #include "tools/commands.h"
@@ -21,13 +22,18 @@ int main(int argc, char** argv) {
       "classifiers on SNLI, without Python.\n"
       "Run `wedge <command> --help` for the flags of a command."};
   app.set_version_flag("--version", [] {
-    // The version and what this build runs on: the CPU kernels picked for this CPU, CUDA.
+    // The version and what this build runs on: the CPU kernels picked for this CPU, CUDA,
+    // and how several processes train together.
 #ifdef WEDGE_HAVE_CUDA
     const char* cuda = "built in";
 #else
     const char* cuda = "not built";
 #endif
-    return fmt::format("wedge {}\nCPU kernels: {}\nCUDA backend: {}", WEDGE_VERSION, wedge::kernels::cpu_backend_name(), cuda);
+    const char* parallel = !wedge::dist::mpi_built()     ? "not built (one process)"
+                           : wedge::dist::nccl_built() ? "MPI, with NCCL for GPU processes"
+                                                       : "MPI (GPU processes through host memory)";
+    return fmt::format("wedge {}\nCPU kernels: {}\nCUDA backend: {}\ndata parallel: {}", WEDGE_VERSION,
+                       wedge::kernels::cpu_backend_name(), cuda, parallel);
   });
   app.require_subcommand(1);
   app.fallthrough();

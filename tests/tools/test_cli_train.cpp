@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "engine/distributed.h"
 #include "trainer_support.h"
 
 namespace fs = std::filesystem;
@@ -199,6 +200,7 @@ TEST_CASE("--version names the version and the build") {
   CHECK(v.out.rfind("wedge ", 0) == 0);
   CHECK(v.out.find("CPU kernels: ") != std::string::npos);
   CHECK(v.out.find("CUDA backend: ") != std::string::npos);
+  CHECK(v.out.find(wedge::dist::mpi_built() ? "data parallel: MPI" : "data parallel: not built") != std::string::npos);
 }
 
 namespace {
