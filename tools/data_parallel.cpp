@@ -33,12 +33,6 @@ double block_sum_squares(const float* x, std::size_t n) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-// A tensor of `like`'s shape, dtype and device holding n floats from `values`.
-Tensor tensor_like(const Tensor& like, const float* values) {
-  const std::vector<float> v(values, values + like.numel());
-  return Tensor::from_vector(v, like.shape()).to(like.dtype()).to(like.device());
-}
-
 // The elements [at, at + numel) of a flat float32 tensor, seen in `shape` (no copy).
 Tensor window(const Tensor& flat, std::size_t at, const Shape& shape) {
   return flat.as_strided(shape, contiguous_strides(shape), static_cast<std::int64_t>(at));
@@ -389,11 +383,12 @@ std::map<std::string, Tensor> GradientSync::gather_moments() const {
   comm_.all_gather(std::span<float>(v), bounds_);
   std::map<std::string, Tensor> out;
   if (!comm_.is_root()) return out;
+  const std::int64_t n = static_cast<std::int64_t>(m.size());
+  const Tensor flat_m = Tensor::from_vector(m, {n}), flat_v = Tensor::from_vector(v, {n});
   std::size_t at = 0;
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    const Tensor host_like = Tensor::zeros(params_[i].shape(), DType::F32, Device::cpu());
-    out[names_[i] + ".adam_m"] = tensor_like(host_like, m.data() + at);
-    out[names_[i] + ".adam_v"] = tensor_like(host_like, v.data() + at);
+    out[names_[i] + ".adam_m"] = window(flat_m, at, params_[i].shape()).clone();
+    out[names_[i] + ".adam_v"] = window(flat_v, at, params_[i].shape()).clone();
     at += static_cast<std::size_t>(params_[i].numel());
   }
   return out;
