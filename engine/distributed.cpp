@@ -58,6 +58,12 @@ void read_timeout_variable() {
 
 #ifdef WEDGE_HAVE_MPI
 bool g_mpi_started = false;
+// A second communicator over the same ranks, for the all-gathers that complete started
+// all-reduces (PendingSum): a rank starts each as soon as its reduce-scatter has arrived,
+// so where they fall among the world's collectives differs from rank to rank. MPI matches
+// collectives per communicator, so they need one of their own, where every rank starts
+// them in one order: the order the sums were started.
+MPI_Comm g_gather_comm = MPI_COMM_NULL;
 
 void check(int rc, const char* what) {
   if (rc == MPI_SUCCESS) return;
@@ -165,21 +171,42 @@ void reduce_scatter_sum_impl(const Communicator& comm, std::span<T> values, std:
   }
 }
 
-// Each round gathers every rank's piece (MPI_Iallgatherv, sent straight from `values`),
-// packed, then puts the other ranks' pieces in place.
+// One round of an all-gather: every rank's piece of its shard, sent straight from the
+// values, lands packed in `gathered` (MPI_Iallgatherv); then the other ranks' pieces go to
+// their places in the values.
+template <typename T> struct GatherRound {
+  std::vector<T> gathered;
+  ShardRounds::Round layout;
+  MPI_Request request = MPI_REQUEST_NULL;
+};
+
+template <typename T>
+void post_gather_round(const Communicator& comm, MPI_Comm on, const T* values, const ShardRounds& shards, std::size_t k,
+                       GatherRound<T>& round) {
+  const auto me = static_cast<std::size_t>(comm.rank());
+  round.layout = shards.round(k);
+  round.gathered.resize(shards.buffer_elements());
+  const ShardRounds::Round& r = round.layout;
+  check(MPI_Iallgatherv(values + r.first[me], r.counts[me], mpi_type<T>(), round.gathered.data(), r.counts.data(),
+                        r.packed_at.data(), mpi_type<T>(), on, &round.request),
+        "all_gather");
+}
+
+template <typename T> void finish_gather_round(const Communicator& comm, GatherRound<T>& round, T* values) {
+  wait_for(comm, round.request, "all_gather");
+  const auto me = static_cast<std::size_t>(comm.rank());
+  const ShardRounds::Round& r = round.layout;
+  for (std::size_t s = 0; s < r.first.size(); ++s)
+    if (s != me) std::copy_n(round.gathered.data() + r.packed_at[s], r.counts[s], values + r.first[s]);
+}
+
 template <typename T>
 void all_gather_impl(const Communicator& comm, std::span<T> values, std::span<const std::size_t> bounds) {
-  const auto me = static_cast<std::size_t>(comm.rank());
   const ShardRounds shards(bounds, piece_elements<T>(comm.size()));
-  std::vector<T> gathered(shards.buffer_elements());
+  GatherRound<T> round;  // its buffer serves every round in turn
   for (std::size_t k = 0; k < shards.rounds(); ++k) {
-    const ShardRounds::Round r = shards.round(k);
-    run_collective(comm, "all_gather", [&](MPI_Request* request) {
-      return MPI_Iallgatherv(values.data() + r.first[me], r.counts[me], mpi_type<T>(), gathered.data(), r.counts.data(),
-                             r.packed_at.data(), mpi_type<T>(), MPI_COMM_WORLD, request);
-    });
-    for (std::size_t s = 0; s < shards.ranks(); ++s)
-      if (s != me) std::copy_n(gathered.data() + r.packed_at[s], r.counts[s], values.data() + r.first[s]);
+    post_gather_round(comm, MPI_COMM_WORLD, values.data(), shards, k, round);
+    finish_gather_round(comm, round, values.data());
   }
 }
 
@@ -209,7 +236,7 @@ template <typename T> void all_reduce_sum_impl(const Communicator& comm, std::sp
 
 // The exchanges of one start_all_reduce_sum, cut as all_reduce_sum cuts them: with two
 // ranks, a gathered buffer and a request per bucket; with more, the reduce-scatter's rounds,
-// the all-gather following in finish().
+// then the all-gather's (PendingSum::State).
 struct AsyncBucket {
   float* values = nullptr;
   std::size_t n = 0;
@@ -281,6 +308,7 @@ Communicator& Communicator::world() {
       int rank = 0, size = 1;
       check(MPI_Comm_rank(MPI_COMM_WORLD, &rank), "MPI_Comm_rank");
       check(MPI_Comm_size(MPI_COMM_WORLD, &size), "MPI_Comm_size");
+      check(MPI_Comm_dup(MPI_COMM_WORLD, &g_gather_comm), "MPI_Comm_dup");
       return new Communicator(rank, size);
     }
 #else
@@ -335,6 +363,7 @@ void Communicator::finalize() {
 #ifdef WEDGE_HAVE_MPI
   if (g_mpi_started) {
     g_mpi_started = false;
+    if (g_gather_comm != MPI_COMM_NULL) MPI_Comm_free(&g_gather_comm);
     MPI_Finalize();
   }
 #endif
@@ -419,6 +448,27 @@ struct Communicator::PendingSum::State {
   std::vector<std::size_t> bounds;
   std::vector<ScatterRound<float>> rounds;
   bool gather = false;
+  bool summed = false;  // the rounds have arrived and this rank's shard holds its sums
+  std::vector<GatherRound<float>> gathers;  // posted on g_gather_comm once summed
+  bool gathering = false;
+  std::uint64_t gather_turn = 0;  // this all-gather's place in the order they start
+
+  bool rounds_arrived() const {
+    return std::all_of(rounds.begin(), rounds.end(), [](const ScatterRound<float>& r) { return r.request == MPI_REQUEST_NULL; });
+  }
+  void sum_rounds(const Communicator& comm) {
+    if (summed) return;
+    for (ScatterRound<float>& r : rounds) finish_scatter_round(comm, r, values.data());
+    summed = true;
+  }
+  void start_gather(const Communicator& comm, std::uint64_t& gathers_started) {
+    ++gathers_started;
+    const ShardRounds shards(bounds, piece_elements<float>(comm.size()));
+    gathers.resize(shards.rounds());
+    for (std::size_t k = 0; k < shards.rounds(); ++k)
+      post_gather_round(comm, g_gather_comm, values.data(), shards, k, gathers[k]);
+    gathering = true;
+  }
 #endif
 };
 
@@ -426,6 +476,14 @@ Communicator::PendingSum::PendingSum() = default;
 Communicator::PendingSum::PendingSum(PendingSum&&) noexcept = default;
 Communicator::PendingSum& Communicator::PendingSum::operator=(PendingSum&&) noexcept = default;
 Communicator::PendingSum::~PendingSum() = default;
+
+bool Communicator::PendingSum::all_gather_started() const {
+#ifdef WEDGE_HAVE_MPI
+  return state_ && state_->gathering;
+#else
+  return false;
+#endif
+}
 
 Communicator::PendingSum Communicator::start_all_reduce_sum(std::span<float> values) const {
   PendingSum p;
@@ -435,6 +493,7 @@ Communicator::PendingSum Communicator::start_all_reduce_sum(std::span<float> val
   if (size_ > 2) {
     p = start_reduce_scatter_sum(values, even_bounds(values.size(), size_));
     p.state_->gather = true;
+    p.state_->gather_turn = gathers_numbered_++;
     return p;
   }
   const std::size_t bucket = piece_elements<float>(size_);
@@ -477,8 +536,15 @@ void Communicator::progress(std::span<PendingSum> pending) const {
   };
   for (PendingSum& p : pending) {
     if (!p.state_) continue;
-    for (AsyncBucket& b : p.state_->buckets) test(b.request);
-    for (ScatterRound<float>& r : p.state_->rounds) test(r.request);
+    PendingSum::State& st = *p.state_;
+    for (AsyncBucket& b : st.buckets) test(b.request);
+    for (ScatterRound<float>& r : st.rounds) test(r.request);
+    for (GatherRound<float>& g : st.gathers) test(g.request);
+    // The all-gathers start in the order their sums did: this one when it is its turn.
+    if (st.gather && !st.gathering && st.gather_turn == gathers_started_ && st.rounds_arrived()) {
+      st.sum_rounds(*this);
+      st.start_gather(*this, gathers_started_);
+    }
   }
 #endif
 }
@@ -487,12 +553,19 @@ void Communicator::finish(PendingSum& pending) const {
   if (!pending.state_) throw std::logic_error("Communicator::finish: this sum was never started (or finished already)");
 #ifdef WEDGE_HAVE_MPI
   PendingSum::State& st = *pending.state_;
+  if (st.gather && !st.gathering && st.gather_turn != gathers_started_)
+    throw std::logic_error(
+        "Communicator::finish: an all-reduce started earlier has not started its all-gather yet; finish the sums in the "
+        "order they were started");
   for (AsyncBucket& b : st.buckets) {
     wait_for(*this, b.request, "all_reduce_sum");
     tree_sum(b.gathered.data(), b.n, 2, b.values);
   }
-  for (ScatterRound<float>& r : st.rounds) finish_scatter_round(*this, r, st.values.data());
-  if (st.gather) all_gather_impl(*this, st.values, st.bounds);
+  st.sum_rounds(*this);
+  if (st.gather) {
+    if (!st.gathering) st.start_gather(*this, gathers_started_);
+    for (GatherRound<float>& g : st.gathers) finish_gather_round(*this, g, st.values.data());
+  }
 #endif
   pending.state_.reset();
 }

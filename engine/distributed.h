@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
@@ -85,17 +86,25 @@ class Communicator {
   // finish(). progress() lets MPI move posted exchanges along: Open MPI advances a
   // nonblocking collective only inside MPI calls, so a rank that computes between start
   // and finish should call it now and then. finish() waits (as every collective does, under
-  // the timeout) and leaves in `values` exactly what all_reduce_sum would; with more than
-  // two ranks only the reduce-scatter travels early, finish() runs the all-gather.
+  // the timeout) and leaves in `values` exactly what all_reduce_sum would.
   // start_reduce_scatter_sum is the same for reduce_scatter_sum (below). Every rank starts
   // the same exchanges in the same order. Dropping a PendingSum that was never finished
   // (an exception on the way) leaves its exchange to MPI_Finalize or the job's end.
+  //
+  // With more than two ranks a started all-reduce is a reduce-scatter and then an
+  // all-gather (as all_reduce_sum is), and the all-gather starts early too: progress()
+  // starts it as soon as the reduce-scatter has arrived and every all-reduce started before
+  // this one has started its all-gather; finish() starts it otherwise. So finish such sums in
+  // the order they were started: finishing one whose turn has not come (an earlier one has
+  // not started its all-gather) is std::logic_error, before anything waits.
   class PendingSum {
    public:
     PendingSum();
     PendingSum(PendingSum&&) noexcept;
     PendingSum& operator=(PendingSum&&) noexcept;
     ~PendingSum();
+    // Whether the all-gather completing this all-reduce (more than two ranks) has started.
+    bool all_gather_started() const;
 
    private:
     friend class Communicator;
@@ -150,6 +159,9 @@ class Communicator {
 
   int rank_ = 0;
   int size_ = 1;
+  // Started all-reduces over more than two ranks, numbered as they start, and how many of
+  // them have started their all-gathers: the next to start one is the one numbered so.
+  mutable std::uint64_t gathers_numbered_ = 0, gathers_started_ = 0;
 };
 
 }  // namespace wedge::dist

@@ -9,6 +9,7 @@
 // uneven shards: one empty, one longer than a round's piece; bounds that are not shards are
 // refused. broadcast and all_gather must deliver strings of different lengths. Exits 1
 // naming the first mismatches; prints one line on rank 0 when all is well.
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
@@ -99,19 +100,46 @@ template <typename T> void check_all_reduce(const Communicator& comm, const std:
 }
 
 // Two all-reduces in halves, started before either finishes, with progress() between (as
-// the backward pass does): one longer than a bucket, one short; both end in tree order,
-// and the second is finished first.
+// the backward pass does): one longer than a bucket, one short; both end in tree order.
+// With two ranks the second is finished first. With more, each ends in an all-gather that
+// progress() must start by itself once the reduce-scatter has arrived (then the two may
+// finish in any order); and a sum finished before an earlier one has started its all-gather
+// is refused, the two then finishing in order.
 void check_started_all_reduce(const Communicator& comm) {
   const std::size_t n = piece<float>(comm) + 33;
   std::vector<float> long_one = generated<float>(comm, n), short_one(long_one.begin(), long_one.begin() + 100);
   std::vector<Communicator::PendingSum> pending;
   pending.push_back(comm.start_all_reduce_sum(long_one));
   pending.push_back(comm.start_all_reduce_sum(short_one));
-  for (int i = 0; i < 10; ++i) comm.progress(pending);
+  if (comm.size() == 2) {
+    for (int i = 0; i < 10; ++i) comm.progress(pending);
+  } else {
+    const auto gathering = [&] { return pending[0].all_gather_started() && pending[1].all_gather_started(); };
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!gathering() && std::chrono::steady_clock::now() < deadline) comm.progress(pending);
+    if (!gathering()) fail(comm, "progress() did not start the all-gathers of two started all-reduces within 30 s");
+  }
   comm.finish(pending[1]);
   comm.finish(pending[0]);
   expect_tree_sums(comm, long_one, 0, n, "start_all_reduce_sum (two buckets)");
   expect_tree_sums(comm, short_one, 0, short_one.size(), "start_all_reduce_sum (finished first)");
+  if (comm.size() > 2) {
+    std::vector<float> first = generated<float>(comm, 300), second = generated<float>(comm, 70);
+    std::vector<Communicator::PendingSum> in_turn;
+    in_turn.push_back(comm.start_all_reduce_sum(first));
+    in_turn.push_back(comm.start_all_reduce_sum(second));
+    bool refused = false;
+    try {
+      comm.finish(in_turn[1]);
+    } catch (const std::logic_error&) {
+      refused = true;
+    }
+    if (!refused) fail(comm, "finishing an all-reduce before an earlier one had started its all-gather did not throw");
+    comm.finish(in_turn[0]);
+    comm.finish(in_turn[1]);
+    expect_tree_sums(comm, first, 0, first.size(), "start_all_reduce_sum (finished in turn)");
+    expect_tree_sums(comm, second, 0, second.size(), "start_all_reduce_sum (finished in turn, second)");
+  }
   bool threw = false;
   try {
     comm.finish(pending[0]);
@@ -242,7 +270,7 @@ int main() {
   comm.barrier();
   if (failures > 0) return 1;
   if (comm.is_root())
-    std::printf("collectives: all-reduce in tree order (float, double; %d ranks, 3 buckets; started and finished apart), reduce-scatter (also started and "
+    std::printf("collectives: all-reduce in tree order (float, double; %d ranks, 3 buckets; started and finished apart, all-gathers started by progress), reduce-scatter (also started and "
                 "finished apart), all-gather (uneven shards), broadcast, string all-gather ok\n",
                 comm.size());
   Communicator::finalize();
