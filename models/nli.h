@@ -156,6 +156,9 @@ class NliModel : public Module {
   // at least one real token in each part it classifies from.
   Tensor forward(const Tensor& ids, const Tensor& segments, const Tensor& mask);
   const NliConfig& config() const { return config_; }
+  // The stream every dropout mask of this model is drawn from (data-parallel training cuts
+  // its draws by rows, tools/data_parallel.h PieceDropout).
+  Generator& dropout_generator() { return dropout_gen_; }
   // Parameter count per part (embeddings, encoder blocks, classifier), for `wedge params`.
   std::vector<std::pair<std::string, std::int64_t>> parameter_breakdown() const;
 

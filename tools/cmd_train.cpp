@@ -84,8 +84,6 @@ void train_nli_task(const CLI::App* cmd, const ModelFlags& flags, const TrainSet
     throw CLI::ValidationError("--vocab-size", "--task nli takes its vocabulary from --vocab FILE");
   if (!st.corpus.data.empty() && st.corpus.data != "snli")
     throw CLI::ValidationError("--data", "--task nli reads SNLI (give --data-dir the SNLI folder)");
-  if (dist::Communicator::world().distributed())
-    throw std::invalid_argument("--task nli trains in one process; it does not run under mpirun yet");
   const models::NliConfig config = nli_config(cmd, flags, nf);
   NliSettings s;
   s.data_dir = st.corpus.data_dir;
@@ -107,7 +105,12 @@ void train_nli_task(const CLI::App* cmd, const ModelFlags& flags, const TrainSet
   s.device = st.device;
   s.precision = st.precision;
   s.json = st.json;
+  s.micro_batch = st.micro_batch;
+  s.deterministic = st.deterministic;
+  s.zero = st.zero;
+  s.comm_timeout = st.comm_timeout;
   const NliResult r = train_nli(config, s);
+  if (!dist::Communicator::world().is_root()) return;  // rank 0 reports for every rank
   const nlohmann::json j = {{"task", "nli"},
                             {"protocol", r.protocol},
                             {"head", config.head},

@@ -4,12 +4,17 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <array>
+#include <cstdlib>
 #include <stdexcept>
+#include <thread>
 
 #include <fmt/core.h>
 
 #include "engine/autograd.h"
+#include "engine/cuda_allocator.h"
 #include "engine/nccl.h"
+#include "engine/thread_pool.h"
 #include "ops/ops.h"
 
 namespace wedge::tools {
@@ -405,6 +410,80 @@ void GradientSync::scatter_moments(const std::map<std::string, Tensor>& on_root,
   comm_.broadcast(m.data(), m.size() * sizeof(float));
   comm_.broadcast(v.data(), v.size() * sizeof(float));
   opt_.import_moments(m, v, step);
+}
+
+void check_data_parallel_settings(std::int64_t micro_batch, int zero, double comm_timeout,
+                                  const std::function<std::string(const char*)>& name) {
+  if (micro_batch < 0)
+    throw std::invalid_argument(fmt::format("{} is {}; it must be 0 (one piece per process) or at least 1", name("--micro-batch"), micro_batch));
+  if (zero != 0 && zero != 1) throw std::invalid_argument(fmt::format("{} is {}; it must be 0 or 1", name("--zero"), zero));
+  if (!(comm_timeout >= 0 || comm_timeout == -1))
+    throw std::invalid_argument(fmt::format("{} is {}; it must be at least 0 (0: wait forever)", name("--comm-timeout"), comm_timeout));
+}
+
+void share_cores_among_ranks(const dist::Communicator& comm, int threads) {
+  if (threads == 0 && comm.distributed() && std::getenv("WEDGE_NUM_THREADS") == nullptr && dist::ranks_on_this_machine() > 1)
+    set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / dist::ranks_on_this_machine()));
+}
+
+void choose_gpu_of_rank(const dist::Communicator& comm, Device device) {
+#ifdef WEDGE_HAVE_CUDA
+  if (device.is_cuda() && comm.distributed() && dist::ranks_on_this_machine() > 1 && cuda::device_count() > 1)
+    cuda::use_device(dist::local_rank() % cuda::device_count());
+#else
+  (void)comm;
+  (void)device;
+#endif
+}
+
+void broadcast_tensor(const dist::Communicator& comm, Tensor& t) {
+  Tensor host = t.to(Device::cpu()).contiguous();
+  comm.broadcast(host.raw_data(), static_cast<std::size_t>(host.numel()) * dtype_size(host.dtype()));
+  if (!comm.is_root() && !host.same(t)) t.copy_(host.to(t.device()));
+}
+
+std::string ranks_line(const dist::Communicator& comm, std::int64_t batch, Device device, const GradientSync& sync, bool zero) {
+  return fmt::format("ranks: {} processes (MPI), each computing {} rows of every batch of {} on {}; gradients summed over "
+                     "them before each update{}",
+                     comm.size(), batch / comm.size(), batch,
+                     device.is_cpu()                   ? fmt::format("{} thread{}", num_threads(), num_threads() == 1 ? "" : "s")
+                     : sync.collectives() == "MPI" ? device.str() + " (through host memory)"
+                                                   : fmt::format("{} ({})", device.str(), sync.collectives()),
+                     zero ? fmt::format("; ZeRO-1: each keeps the optimizer state of {} of the {} parameters",
+                                        sync.shard_end() - sync.shard_begin(), sync.flat_size())
+                          : "");
+}
+
+std::string pieces_line(const PiecePlan& plan, bool deterministic) {
+  return fmt::format("pieces: every batch in {} pieces of {} rows, {} per process, forward and backward one at a time; their "
+                     "gradients summed {}",
+                     plan.pieces, plan.rows_per_piece, plan.last - plan.first,
+                     deterministic ? "in a fixed tree order (--deterministic: the same bits for 1, 2, 4, ... processes)"
+                                   : "as they come");
+}
+
+bool on_any_rank(const dist::Communicator& comm, bool mine) {
+  if (!comm.distributed()) return mine;
+  double any = mine ? 1.0 : 0.0;
+  comm.all_reduce_sum(std::span<double>(&any, 1));
+  return any > 0;
+}
+
+void PieceDropout::piece(std::int64_t first_row, std::int64_t rows, std::int64_t batch_rows) {
+  if (gen_ == nullptr) return;
+  gen_->set_state(gen_->seed(), from_);
+  gen_->set_batch_slice(static_cast<std::uint64_t>(first_row), static_cast<std::uint64_t>(rows),
+                        static_cast<std::uint64_t>(batch_rows));
+}
+
+void PieceDropout::end_step(const dist::Communicator& comm, bool short_batch) {
+  if (gen_ == nullptr) return;
+  gen_->set_batch_slice(0, 1, 1);
+  if (comm.distributed() && short_batch) {
+    std::array<std::uint64_t, 2> state{gen_->seed(), gen_->offset()};
+    comm.broadcast(state.data(), sizeof state);
+    gen_->set_state(state[0], state[1]);
+  }
 }
 
 }  // namespace wedge::tools

@@ -45,6 +45,7 @@
 #include "engine/distributed.h"
 #include "engine/nccl.h"
 #include "engine/optim.h"
+#include "engine/rng.h"
 #include "engine/tensor.h"
 
 namespace wedge::tools {
@@ -155,6 +156,58 @@ class GradientSync {
   std::vector<Tensor> lefts_;  // the fixed order's left halves before the last piece, outermost first
   std::size_t next_bucket_ = 0;  // buckets [next_bucket_, end) have started; next_bucket_ - 1 goes next
   double sent_elements_ = 0, overlapped_elements_ = 0;  // global_norm is const but times its gather
+};
+
+// ---- What every data-parallel training loop does around GradientSync ------------------
+// (the language models' tools/trainer.h and the sentence-pair task's tools/nli_task.h)
+
+// --micro-batch (0 or more), --zero (0 or 1) and --comm-timeout (0 or more, or -1: unset),
+// or std::invalid_argument naming the setting as `name` gives it.
+void check_data_parallel_settings(std::int64_t micro_batch, int zero, double comm_timeout,
+                                  const std::function<std::string(const char*)>& name);
+
+// "All cores" for each of several ranks on one machine would put k ranks x all cores on its
+// cores: without --threads (`threads` 0) or WEDGE_NUM_THREADS each rank takes its share.
+void share_cores_among_ranks(const dist::Communicator& comm, int threads);
+
+// GPU ranks sharing a machine that shows each of them several GPUs: the k-th rank of the
+// machine takes its k-th GPU (modulo their number), as if each had been shown its own.
+void choose_gpu_of_rank(const dist::Communicator& comm, Device device);
+
+// A tensor's values from rank 0 on every rank (in place).
+void broadcast_tensor(const dist::Communicator& comm, Tensor& t);
+
+// The startup line of a run on several ranks: how many, how many rows of each batch of
+// `batch` each computes, on which device, how the gradients travel, and ZeRO-1's shards.
+std::string ranks_line(const dist::Communicator& comm, std::int64_t batch, Device device, const GradientSync& sync, bool zero);
+
+// The startup line of a run whose batches go in several pieces per process, or in the
+// fixed order: how many pieces of how many rows, and how their gradients are summed.
+std::string pieces_line(const PiecePlan& plan, bool deterministic);
+
+// Whether any rank says yes (every rank must ask, at the same point): the ranks stop
+// together when a Ctrl-C reached one of them.
+bool on_any_rank(const dist::Communicator& comm, bool mine);
+
+// The dropout masks of a batch cut into pieces: each piece draws what the whole batch, in
+// one forward pass, would draw for its rows (Generator::set_batch_slice), so the pieces and
+// ranks change no mask. A piece's tensors must keep the whole batch's shape but for its
+// leading (row) axis. Does nothing without a generator or with one piece per batch.
+class PieceDropout {
+ public:
+  PieceDropout(Generator* generator, std::int64_t pieces) : gen_(pieces > 1 ? generator : nullptr) {}
+  // Before a step's first piece.
+  void begin_step() { from_ = gen_ != nullptr ? gen_->offset() : 0; }
+  // Before the forward pass of rows [first_row, first_row + rows) of a batch of batch_rows.
+  void piece(std::int64_t first_row, std::int64_t rows, std::int64_t batch_rows);
+  // After the step: the stream moves past the whole batch's draw on every rank. A rank
+  // whose pieces had no rows (`short_batch`: an epoch's last batch) drew nothing and takes
+  // rank 0's state, which always had rows (every rank calls it, at the same point).
+  void end_step(const dist::Communicator& comm, bool short_batch);
+
+ private:
+  Generator* gen_;
+  std::uint64_t from_ = 0;
 };
 
 }  // namespace wedge::tools

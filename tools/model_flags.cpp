@@ -122,8 +122,7 @@ void add_nli_flags(CLI::App* cmd, NliFlags& f) {
 void check_task_flags(const CLI::App* cmd, const std::string& task) {
   static const char* lm_only[] = {"--model", "--block", "--rank", "--windows", "--window-schedule", "--no-mix-out-proj",
                                   "--expert-d-ff", "--energy-weight", "--balance-weight", "--leaky", "--max-steps",
-                                  "--eval-every", "--stop-after", "--resume", "--train", "--valid", "--test",
-                                  "--micro-batch", "--deterministic", "--zero", "--comm-timeout"};
+                                  "--eval-every", "--stop-after", "--resume", "--train", "--valid", "--test"};
   static const char* nli_only[] = {"--head", "--hypothesis-only", "--max-length", "--d-proj", "--mixing-heads",
                                    "--window", "--stride", "--protocol", "--train-pairs"};
   for (const char* flag : task == "nli" ? std::span<const char* const>(lm_only) : std::span<const char* const>(nli_only))

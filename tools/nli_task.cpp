@@ -20,6 +20,7 @@
 #include "engine/thread_pool.h"
 #include "ops/ops.h"
 #include "models/memory_check.h"
+#include "tools/data_parallel.h"
 #include "tools/run_folder.h"
 #include "tools/training_support.h"
 
@@ -65,13 +66,23 @@ std::string report_line(const ClassificationReport& r) {
 
 nlohmann::json report_json(const ClassificationReport& r) { return r.to_json(); }
 
+// Rows [first, first + count) of a batch's inputs (on the host), on `device`.
+NliInputs rows_of(const NliInputs& whole, std::int64_t first, std::int64_t count, Device device) {
+  const auto take = [&](const Tensor& t) {
+    const Tensor rows = first == 0 && count == t.shape()[0] ? t : ops::narrow(t, 0, first, count).contiguous();
+    return rows.to(device);
+  };
+  return {take(whole.ids), take(whole.segments), take(whole.mask), take(whole.labels)};
+}
+
 }  // namespace
 
 nlohmann::json NliSettings::to_json() const {
   return {{"data_dir", data_dir}, {"vocab", vocab},   {"protocol", protocol}, {"train_pairs", train_pairs},
           {"epochs", epochs},     {"batch", batch},   {"lr", lr},             {"min_lr_ratio", min_lr_ratio},
           {"warmup", warmup},     {"weight_decay", weight_decay},             {"clip", clip},
-          {"seed", seed},         {"device", device},   {"precision", precision}};
+          {"seed", seed},         {"device", device},   {"precision", precision},
+          {"micro_batch", micro_batch}, {"deterministic", deterministic}, {"zero", zero}};
 }
 
 NliSettings NliSettings::from_json(const nlohmann::json& j) {
@@ -90,6 +101,10 @@ NliSettings NliSettings::from_json(const nlohmann::json& j) {
   s.seed = json_field(j, "seed", s.seed);
   s.device = json_field(j, "device", s.device);
   s.precision = json_field(j, "precision", s.precision);  // runs from before mixed precision: fp32
+  // runs from before data parallelism: one piece per process, no fixed order, no ZeRO
+  s.micro_batch = json_field(j, "micro_batch", s.micro_batch);
+  s.deterministic = json_field(j, "deterministic", s.deterministic);
+  s.zero = json_field(j, "zero", s.zero);
   return s;
 }
 
@@ -173,30 +188,58 @@ NliInputs nli_inputs(const data::SnliBatch& b, bool hypothesis_only, Device devi
   return in;
 }
 
-NliEvaluation evaluate_nli(models::NliModel& model, const data::SnliDataset& dataset, std::int64_t batch) {
+NliEvaluation evaluate_nli(models::NliModel& model, const data::SnliDataset& dataset, std::int64_t batch,
+                           const dist::Communicator* comm) {
   NoGradGuard no_grad;
   const bool was_training = model.is_training();
   model.eval();
   const Device device = module_device(model);
-  NliEvaluation ev;
-  std::vector<std::int32_t> gold;
-  double loss_sum = 0;
-  for (std::size_t start = 0; start < dataset.size(); start += static_cast<std::size_t>(batch)) {
+  const auto rows_per_batch = static_cast<std::size_t>(batch);
+  const std::size_t batches = (dataset.size() + rows_per_batch - 1) / rows_per_batch;
+  // This rank's batches: the same batches one process evaluates, so the same logits.
+  const bool split = comm != nullptr && comm->distributed();
+  const auto ranks = static_cast<std::size_t>(split ? comm->size() : 1), me = static_cast<std::size_t>(split ? comm->rank() : 0);
+  std::vector<double> batch_losses;  // each batch's summed cross-entropy
+  std::vector<std::int32_t> predicted;
+  for (std::size_t k = me * batches / ranks; k < (me + 1) * batches / ranks; ++k) {
     std::vector<std::uint32_t> ids;
-    for (std::size_t i = start; i < std::min(dataset.size(), start + static_cast<std::size_t>(batch)); ++i)
+    for (std::size_t i = k * rows_per_batch; i < std::min(dataset.size(), (k + 1) * rows_per_batch); ++i)
       ids.push_back(static_cast<std::uint32_t>(i));
     const data::SnliBatch b = dataset.make_batch(ids);
     const NliInputs in = nli_inputs(b, model.config().hypothesis_only, device);
     const Tensor logits = model.forward(in.ids, in.segments, in.mask);
-    loss_sum += ops::cross_entropy(logits, in.labels).item() * double(b.rows);
+    batch_losses.push_back(ops::cross_entropy(logits, in.labels).item() * double(b.rows));
     const std::vector<float> host = logits.to(Device::cpu()).to(DType::F32).to_vector<float>();
     for (std::size_t r = 0; r < b.rows; ++r) {
       const float* row = host.data() + r * models::kNliClasses;
-      ev.predicted.push_back(static_cast<std::int32_t>(std::max_element(row, row + models::kNliClasses) - row));
-      gold.push_back(b.labels[r]);
+      predicted.push_back(static_cast<std::int32_t>(std::max_element(row, row + models::kNliClasses) - row));
     }
   }
   model.train(was_training);
+  NliEvaluation ev;
+  if (split) {
+    // Every rank's batch losses, then its predictions, in rank (= batch) order.
+    std::string mine(reinterpret_cast<const char*>(batch_losses.data()), batch_losses.size() * sizeof(double));
+    mine.append(reinterpret_cast<const char*>(predicted.data()), predicted.size() * sizeof(std::int32_t));
+    batch_losses.clear();
+    std::size_t rank = 0;
+    for (const std::string& part : comm->all_gather(mine)) {
+      const std::size_t their_batches = (rank + 1) * batches / ranks - rank * batches / ranks;
+      const std::size_t loss_bytes = their_batches * sizeof(double);
+      batch_losses.resize(batch_losses.size() + their_batches);
+      std::memcpy(batch_losses.data() + batch_losses.size() - their_batches, part.data(), loss_bytes);
+      const std::size_t n = (part.size() - loss_bytes) / sizeof(std::int32_t);
+      ev.predicted.resize(ev.predicted.size() + n);
+      std::memcpy(ev.predicted.data() + ev.predicted.size() - n, part.data() + loss_bytes, n * sizeof(std::int32_t));
+      ++rank;
+    }
+  } else {
+    ev.predicted = std::move(predicted);
+  }
+  double loss_sum = 0;  // in batch order, as one process adds
+  for (const double l : batch_losses) loss_sum += l;
+  std::vector<std::int32_t> gold;
+  for (std::size_t i = 0; i < dataset.size(); ++i) gold.push_back(dataset[i].label);
   ev.report = classification_report(gold, ev.predicted, static_cast<int>(models::kNliClasses));
   ev.loss = loss_sum / double(dataset.size());
   return ev;
@@ -214,12 +257,21 @@ ClassificationReport majority_baseline(const data::SnliDataset& train, const dat
 NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
   if (st.out.empty()) throw std::runtime_error("train: --out RUNDIR is required");
   if (st.data_dir.empty()) throw std::runtime_error("--task nli needs --data-dir DIR (the SNLI folder)");
+  const auto flag_name = [](const char* flag) { return std::string(flag); };
   check_train_settings({st.epochs, st.batch, st.lr, st.min_lr_ratio, st.warmup, st.weight_decay, st.clip, st.log_every, st.threads},
-                       [](const char* flag) { return std::string(flag); });
+                       flag_name);
+  check_data_parallel_settings(st.micro_batch, st.zero, st.comm_timeout, flag_name);
   if (st.train_pairs == 0 || st.train_pairs < -1)
     throw std::invalid_argument(fmt::format("--train-pairs is {}; it must be -1 (all) or at least 1", st.train_pairs));
   if (st.threads > 0) set_num_threads(st.threads);
+  // Under mpirun: this process is one rank of a data-parallel run (tools/data_parallel.h),
+  // each computing its pieces of every batch; otherwise the only one.
+  const dist::Communicator& comm = dist::Communicator::world();
+  if (st.comm_timeout >= 0) dist::Communicator::set_timeout(st.comm_timeout);
+  const PiecePlan plan = PiecePlan::make(st.batch, st.micro_batch, st.deterministic, comm, "");
+  share_cores_among_ranks(comm, st.threads);
   auto say = [&](const std::string& line) {
+    if (!comm.is_root()) return;  // the other ranks print only errors
     std::FILE* f = st.json ? stderr : stdout;
     std::fputs((line + "\n").c_str(), f);
     std::fflush(f);
@@ -243,6 +295,7 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
                   std::chrono::duration<double>(Clock::now() - t_load).count()));
 
   const Device device = Device::parse(settings.device);
+  choose_gpu_of_rank(comm, device);
   const MatmulPrecisionGuard precision_scope(parse_precision(settings.precision));
   models::check_model_memory(config, models::ModelUse::training);
   auto model = models::make_nli_model(config);
@@ -260,16 +313,31 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
   const auto per_epoch = static_cast<std::int64_t>(splits.train->batches(static_cast<std::size_t>(settings.batch)));
   const std::int64_t total_steps = per_epoch * settings.epochs;
   Adam opt = make_adamw(*model, settings.lr, settings.weight_decay);
+  // The gradient's way from the pieces of a batch over the ranks to the update.
+  GradientSync sync(comm, model->named_parameters(), opt, settings.deterministic, settings.zero == 1);
   const LrSchedule sched = warmup_cosine(settings.lr, settings.warmup, total_steps, settings.min_lr_ratio);
   const std::int64_t warmup = sched.warmup_steps;
 
-  RunFolder run = RunFolder::create(out, st.overwrite, " (a classifier run cannot be resumed yet)");
-  run.begin(nlohmann::json{{"task", "nli"}, {"model", config}, {"train", settings.to_json()}});
+  // Rank 0 alone owns the run folder; the other ranks need no shared disk.
+  std::optional<RunFolder> run;
+  if (comm.is_root()) {
+    run.emplace(RunFolder::create(out, st.overwrite, " (a classifier run cannot be resumed yet)"));
+    run->begin(nlohmann::json{{"task", "nli"}, {"model", config}, {"train", settings.to_json()}});
+  }
   auto save = [&](const std::string& name, std::int64_t epoch, double select_accuracy) {
-    run.save_checkpoint(name, parameter_map(*model),
-                        {{"task", "nli"}, {"epoch", std::to_string(epoch)}, {"select_accuracy", fmt::format("{}", select_accuracy)}},
-                        result.steps);
+    if (!run) return;
+    run->save_checkpoint(name, parameter_map(*model),
+                         {{"task", "nli"}, {"epoch", std::to_string(epoch)}, {"select_accuracy", fmt::format("{}", select_accuracy)}},
+                         result.steps);
   };
+  if (comm.distributed()) {
+    // Every rank starts from rank 0's parameters (the same already, from the seed; sending
+    // them rules out any difference).
+    for (Tensor& t : model->parameters()) broadcast_tensor(comm, t);
+    say(ranks_line(comm, settings.batch, device, sync, settings.zero == 1));
+  }
+  if (plan.pieces > comm.size() || settings.deterministic) say(pieces_line(plan, settings.deterministic));
+  PieceDropout piece_dropout(&model->dropout_generator(), plan.pieces);
   say(fmt::format("training: {} epochs of {} steps, batch {}, lr {:.3g} (warm-up {}, cosine to {:.3g}), AdamW wd {:.3g}", settings.epochs,
                   per_epoch, settings.batch, settings.lr, warmup, sched.min_lr, settings.weight_decay));
 
@@ -281,47 +349,68 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
     const std::vector<std::uint32_t> order = splits.train->epoch_order(settings.seed, static_cast<std::uint64_t>(epoch));
     for (std::int64_t i = 0; i < per_epoch; ++i) {
       const data::SnliBatch b = splits.train->batch(order, static_cast<std::size_t>(i), static_cast<std::size_t>(settings.batch));
-      const NliInputs in = nli_inputs(b, config.hypothesis_only, device);
+      const auto rows = static_cast<std::int64_t>(b.rows);
+      // The whole batch on the host, padded to its widest pair; each piece takes its rows,
+      // at that width, so that its dropout masks are the whole batch's (PieceDropout).
+      const NliInputs whole = nli_inputs(b, config.hypothesis_only, Device::cpu());
       const double lr = sched.at(result.steps);
       opt.set_lr(lr);
-      const Tensor loss = ops::cross_entropy(model->forward(in.ids, in.segments, in.mask), in.labels);
-      loss.backward();
-      const double value = loss.item();
+      piece_dropout.begin_step();
+      Tensor weighted_loss;  // this rank's pieces' mean losses, each weighted by its share of the rows
+      auto run_piece = [&](std::int64_t k) {
+        const std::int64_t begin = plan.piece_begin(k, rows), n = plan.piece_end(k, rows) - begin;
+        if (n == 0) return;  // an epoch's short last batch: no rows, nothing to add
+        piece_dropout.piece(begin, n, rows);
+        const NliInputs in = rows_of(whole, begin, n, device);
+        const Tensor loss = ops::cross_entropy(model->forward(in.ids, in.segments, in.mask), in.labels);
+        const double share = static_cast<double>(n) / static_cast<double>(rows);
+        (share == 1.0 ? loss : loss * share).backward();
+        const Tensor part = share == 1.0 ? loss.detach() : loss.detach() * share;
+        weighted_loss = weighted_loss.defined() ? weighted_loss + part : part;
+      };
+      const double norm = sync.accumulate(plan.first, plan.last, run_piece);
+      // The batch's loss: every rank's weighted piece losses, summed.
+      double value = weighted_loss.defined() ? weighted_loss.item() : 0.0;
+      if (comm.distributed()) comm.all_reduce_sum(std::span<double>(&value, 1));
       if (!std::isfinite(value))
         throw std::runtime_error(fmt::format("train: the loss became {} at step {} (lr {:.3g}); stopping. The last good "
                                              "checkpoint is {} — try a lower --lr",
-                                             value, result.steps + 1, lr, run.last_good()));
-      opt.step(clip_scale(grad_norm(model->parameters()), settings.clip));
+                                             value, result.steps + 1, lr,
+                                             run ? run->last_good() : "rank 0's, in " + out));
+      opt.step(clip_scale(norm, settings.clip));
+      sync.share_updated_parameters();
       opt.zero_grad();
+      piece_dropout.end_step(comm, rows < settings.batch);
       ++result.steps;
       window_loss += value;
       ++window_steps;
       if (result.steps % settings.log_every == 0 || i + 1 == per_epoch) {
         const double mean = window_loss / double(window_steps);
-        run.append_metrics({{"step", result.steps}, {"epoch", epoch}, {"loss", mean}, {"lr", lr}});
+        if (run) run->append_metrics({{"step", result.steps}, {"epoch", epoch}, {"loss", mean}, {"lr", lr}});
         const double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
         say(fmt::format("step {:>6}/{}  epoch {}  loss {:.4f}  lr {:.2e}  ETA {}", result.steps, total_steps, epoch + 1, mean,
                         lr, fmt_duration(elapsed / double(result.steps) * double(total_steps - result.steps))));
         window_loss = 0;
         window_steps = 0;
       }
-      if (interrupt_requested()) {
+      // The ranks stop together: a Ctrl-C that reached one of them stops them all.
+      if (on_any_rank(comm, interrupt_requested())) {
         save("last.safetensors", epoch, best_accuracy);
         say(fmt::format("interrupted at step {}: parameters written to {} (this task has no --resume yet)", result.steps,
-                        run.file("last.safetensors")));
+                        out + "/last.safetensors"));
         result.interrupted = true;
         break;
       }
     }
     if (result.interrupted) break;
-    const NliEvaluation ev = evaluate_nli(*model, *splits.select, settings.batch);
+    const NliEvaluation ev = evaluate_nli(*model, *splits.select, settings.batch, &comm);
     const bool best = ev.report.accuracy > best_accuracy;
     nlohmann::json line = report_json(ev.report);
     line["eval"] = "select";
     line["epoch"] = epoch + 1;
     line["step"] = result.steps;
     line["loss"] = ev.loss;
-    run.append_metrics(line);
+    if (run) run->append_metrics(line);
     say(fmt::format("epoch {}  select {}{}", epoch + 1, report_line(ev.report), best ? "  best" : ""));
     if (best) {
       best_accuracy = ev.report.accuracy;
@@ -333,18 +422,21 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
   }
   result.seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
   if (result.best_epoch > 0) {
-    load_parameters(*model, run.load_checkpoint("best.safetensors"), run.file("best.safetensors"));
-    result.test = evaluate_nli(*model, *splits.test, settings.batch).report;
+    // Rank 0 reads the best checkpoint and sends its parameters to the others.
+    if (run) load_parameters(*model, run->load_checkpoint("best.safetensors"), run->file("best.safetensors"));
+    if (comm.distributed())
+      for (Tensor& t : model->parameters()) broadcast_tensor(comm, t);
+    result.test = evaluate_nli(*model, *splits.test, settings.batch, &comm).report;
     result.majority = majority_baseline(*splits.train, *splits.test);
     nlohmann::json test_line = report_json(result.test);
     test_line["eval"] = "test";
     test_line["epoch"] = result.best_epoch;
     test_line["step"] = result.steps;
-    run.append_metrics(test_line);
+    if (run) run->append_metrics(test_line);
     nlohmann::json majority_line = report_json(result.majority);
     majority_line["eval"] = "test_majority";
     majority_line["step"] = result.steps;
-    run.append_metrics(majority_line);
+    if (run) run->append_metrics(majority_line);
     say(fmt::format("test (epoch {}): {}", result.best_epoch, report_line(result.test)));
     say(fmt::format("test, majority class: {}", report_line(result.majority)));
   }

@@ -20,6 +20,7 @@
 
 #include "data/snli.h"
 #include "data/tokenizer.h"
+#include "engine/distributed.h"
 #include "models/nli.h"
 #include "tools/classification.h"
 
@@ -45,6 +46,12 @@ struct NliSettings {
   std::string device = "cpu";
   std::string precision = "fp32";  // fp32 | bf16 (engine/precision.h)
   bool json = false;
+  // Under mpirun (tools/data_parallel.h): rows per piece (0: one piece per process), the
+  // fixed summation order, ZeRO stage 1, and the collectives' timeout (-1: the default).
+  std::int64_t micro_batch = 0;
+  bool deterministic = false;
+  int zero = 0;
+  double comm_timeout = -1;
 
   nlohmann::json to_json() const;
   static NliSettings from_json(const nlohmann::json& j);
@@ -73,8 +80,11 @@ struct NliEvaluation {
   double loss = 0;  // mean cross-entropy
   std::vector<std::int32_t> predicted;
 };
-// In eval mode, without gradients, over the whole dataset in file order.
-NliEvaluation evaluate_nli(models::NliModel& model, const data::SnliDataset& dataset, std::int64_t batch);
+// In eval mode, without gradients, over the whole dataset in file order. With `comm`, the
+// ranks share the batches (each a contiguous run of them) and every rank gets the whole
+// result: the same predictions and the same loss, bit for bit, as one process.
+NliEvaluation evaluate_nli(models::NliModel& model, const data::SnliDataset& dataset, std::int64_t batch,
+                           const dist::Communicator* comm = nullptr);
 
 // Every pair labelled with the most frequent label of `train`.
 ClassificationReport majority_baseline(const data::SnliDataset& train, const data::SnliDataset& test);

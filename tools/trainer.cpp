@@ -264,13 +264,6 @@ void adopt_recorded_settings(TrainSettings& st, const nlohmann::json& t, const T
   st.deterministic = json_field(t, "deterministic", false);
 }
 
-// A tensor's values from rank 0 on every rank (in place).
-void broadcast_tensor(const dist::Communicator& comm, Tensor& t) {
-  Tensor host = t.to(Device::cpu()).contiguous();
-  comm.broadcast(host.raw_data(), static_cast<std::size_t>(host.numel()) * dtype_size(host.dtype()));
-  if (!comm.is_root() && !host.same(t)) t.copy_(host.to(t.device()));
-}
-
 // Rows [first, first + count) of a batch.
 data::LmBatch slice_batch(const data::LmBatch& b, std::size_t first, std::size_t count) {
   if (first == 0 && count == b.rows) return b;
@@ -304,10 +297,7 @@ void TrainSettings::validate(const std::string& config_file) const {
   if (max_steps == 0 || max_steps < -1) bad("--max-steps", "-1 (no limit) or at least 1", max_steps);
   if (eval_every == 0 || eval_every < -1) bad("--eval-every", "-1 (at epoch ends only) or at least 1", eval_every);
   if (stop_after == 0 || stop_after < -1) bad("--stop-after", "-1 (no limit) or at least 1", stop_after);
-  if (micro_batch < 0) bad("--micro-batch", "0 (one piece per process) or at least 1", micro_batch);
-  if (zero != 0 && zero != 1) bad("--zero", "0 or 1", zero);
-  if (!(comm_timeout >= 0 || comm_timeout == -1))
-    throw std::invalid_argument(fmt::format("{} is {}; it must be at least 0 (0: wait forever)", name("--comm-timeout"), comm_timeout));
+  check_data_parallel_settings(micro_batch, zero, comm_timeout, name);
   if (precision != "fp32" && precision != "bf16")
     throw std::invalid_argument(fmt::format("{} is '{}'; it must be fp32 or bf16", name("--precision"), precision));
 }
@@ -323,11 +313,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   // How each batch is cut into pieces and shared among the ranks (checked before the run
   // folder is made; a resumed run's own settings are checked again once read).
   PiecePlan plan = PiecePlan::make(st.batch, st.micro_batch, st.deterministic, comm, "");
-  // "All cores" for each of several ranks on one machine would put k ranks x all cores on
-  // its cores; without --threads or WEDGE_NUM_THREADS each rank takes its share instead.
-  if (st.threads == 0 && comm.distributed() && std::getenv("WEDGE_NUM_THREADS") == nullptr &&
-      dist::ranks_on_this_machine() > 1)
-    set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / dist::ranks_on_this_machine()));
+  share_cores_among_ranks(comm, st.threads);
 
   models::LMConfig config = config_in;
   // Rank 0 alone owns the run folder (its lock, config, metrics and checkpoints); the other
@@ -385,12 +371,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   for (const std::string& note : corpus.notes) say("data: " + note);
 
   const Device device = Device::parse(st.device);
-#ifdef WEDGE_HAVE_CUDA
-  // GPU ranks sharing a machine that shows each of them several GPUs: the k-th rank of the
-  // machine takes its k-th GPU (modulo their number), as if each had been shown its own.
-  if (device.is_cuda() && comm.distributed() && dist::ranks_on_this_machine() > 1 && cuda::device_count() > 1)
-    cuda::use_device(dist::local_rank() % cuda::device_count());
-#endif
+  choose_gpu_of_rank(comm, device);
   // Every product of the run (training and evaluation) in the run's precision.
   const Precision precision = parse_precision(st.precision);
   const MatmulPrecisionGuard precision_scope(precision);
@@ -421,6 +402,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   const std::int64_t warmup = sched.warmup_steps;
 
   Generator* dropout_gen = dropout_generator(*model);
+  PieceDropout piece_dropout(dropout_gen, plan.pieces);
   std::int64_t step = 0;
   double best_ppl = INFINITY, last_ppl = NAN, elapsed_before = 0;
   std::map<std::string, Tensor> resumed_moments;  // rank 0's, from the checkpoint
@@ -454,24 +436,12 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
       comm.broadcast(state.data(), sizeof state);
       dropout_gen->set_state(state[0], state[1]);
     }
-    say(fmt::format("ranks: {} processes (MPI), each computing {} rows of every batch of {} on {}; gradients "
-                    "summed over them before each update{}",
-                    comm.size(), st.batch / comm.size(), st.batch,
-                    device.is_cpu() ? fmt::format("{} threads", num_threads())
-                    : sync.collectives() == "MPI" ? device.str() + " (through host memory)"
-                                                 : fmt::format("{} ({})", device.str(), sync.collectives()),
-                    st.zero == 1 ? fmt::format("; ZeRO-1: each keeps the optimizer state of {} of the {} parameters",
-                                               sync.shard_end() - sync.shard_begin(), sync.flat_size())
-                                 : ""));
+    say(ranks_line(comm, st.batch, device, sync, st.zero == 1));
   }
   if (st.resume) sync.scatter_moments(resumed_moments, step);
   resumed_moments.clear();
   if (plan.pieces > comm.size() || st.deterministic)
-    say(fmt::format("pieces: every batch in {} pieces of {} rows, {} per process, forward and backward one at a time; their "
-                    "gradients summed {}",
-                    plan.pieces, plan.rows_per_piece, plan.last - plan.first,
-                    st.deterministic ? "in a fixed tree order (--deterministic: the same bits for 1, 2, 4, ... processes)"
-                                     : "as they come"));
+    say(pieces_line(plan, st.deterministic));
 
   auto save_checkpoint = [&](const std::string& name, bool with_optimizer) {
     // Every rank takes part: under ZeRO-1 each holds a shard of the optimizer's moments.
@@ -590,7 +560,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     const auto batch_tokens = static_cast<std::int64_t>(whole.rows) * st.block;
     const double lr = sched.at(step);
     opt.set_lr(lr);
-    const std::uint64_t draws_from = dropout_gen != nullptr ? dropout_gen->offset() : 0;
+    piece_dropout.begin_step();
     Tensor weighted_loss;  // this rank's pieces' mean losses, each weighted by its share
     // The rows of piece k of the batch (an epoch's short last batch may leave a piece none),
     // on the device. Its loss is scaled by its share of the batch's predicted tokens, so that
@@ -614,10 +584,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
       p.tokens = rows * st.block;
       p.share = static_cast<double>(b.predicted_tokens) / static_cast<double>(whole.predicted_tokens);
       // The dropout masks one piece of the whole batch would draw for these rows.
-      if (dropout_gen != nullptr && plan.pieces > 1) {
-        dropout_gen->set_state(dropout_gen->seed(), draws_from);
-        dropout_gen->set_batch_slice(static_cast<std::uint64_t>(begin), static_cast<std::uint64_t>(rows), whole.rows);
-      }
+      piece_dropout.piece(begin, rows, static_cast<std::int64_t>(whole.rows));
       return p;
     };
     {
@@ -644,15 +611,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
       // course 21 end
     }
     pending.push_back({step + 1, epoch, lr, weighted_loss, weighted_loss.defined() ? 1.0 : 0.0});
-    if (dropout_gen != nullptr && plan.pieces > 1) {
-      dropout_gen->set_batch_slice(0, 1, 1);
-      // A rank without rows drew nothing; rank 0 always has rows, and its stream moved on.
-      if (comm.distributed() && whole.rows < static_cast<std::size_t>(st.batch)) {
-        std::array<std::uint64_t, 2> state{dropout_gen->seed(), dropout_gen->offset()};
-        comm.broadcast(state.data(), sizeof state);
-        dropout_gen->set_state(state[0], state[1]);
-      }
-    }
+    piece_dropout.end_step(comm, whole.rows < static_cast<std::size_t>(st.batch));
     ++step;
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     elapsed_before += dt;
@@ -665,12 +624,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     const bool epoch_end = step % per_epoch == 0;
     const bool periodic = st.eval_every > 0 && step % st.eval_every == 0;
     // The ranks stop together: a Ctrl-C that reached one of them stops them all.
-    bool interrupted = interrupt_requested();
-    if (comm.distributed()) {
-      double any = interrupted ? 1.0 : 0.0;
-      comm.all_reduce_sum(std::span<double>(&any, 1));
-      interrupted = any > 0;
-    }
+    const bool interrupted = on_any_rank(comm, interrupt_requested());
     const bool stopping = interrupted || (st.stop_after > 0 && run_steps >= st.stop_after && step < total_steps);
     const bool log_now = step % st.log_every == 0 || step == total_steps || step == 1;
     if (!defer_loss_reads || log_now || epoch_end || periodic || stopping) flush_losses();

@@ -110,8 +110,11 @@ std::vector<std::string> differing_tensors(const std::string& a, const std::stri
   return differ;
 }
 
-// The run's result: the JSON object rank 0 prints last.
-nlohmann::json result_of(const ShellRun& r) { return nlohmann::json::parse(r.out.substr(r.out.rfind('{'))); }
+// The run's result: the JSON object rank 0 prints last, on a line of its own.
+nlohmann::json result_of(const ShellRun& r) {
+  const std::size_t at = r.out.rfind("\n{"), from = at == std::string::npos ? 0 : at + 1;
+  return nlohmann::json::parse(r.out.substr(from, r.out.find('\n', from) - from));
+}
 
 // `args` (a command line ending in --out) in one process into `alone`, then on n ranks
 // under mpirun into `split`; both must succeed.
@@ -357,6 +360,51 @@ TEST_CASE("the sum over ranks overlaps the backward pass and keeps the bits of o
   CHECK(single.at("comm_bytes_per_step").get<double>() == 0);
   fs::remove_all(n1);
   fs::remove_all(n2);
+}
+
+// ---- The sentence-pair task -----------------------------------------------------------------
+
+TEST_CASE("--task nli under mpirun: 2 processes repeat one; --deterministic gives the same bits on 1, 2 and 4") {
+  const wedge::testing::Folder f = wedge::testing::snli_folder("mpi_snli");
+  // Dropout is on (the head's default, 0.1): each rank must draw the masks of its rows.
+  const std::string args = "train --task nli --data-dir " + f.dir.string() + " --vocab " + f.vocab.string() +
+                           " --train-pairs 96 --epochs 2 --batch 32 --layers 1 --d-model 16 --heads 2 --d-ff 32 --patch 4 "
+                           "--section-dim 8 --state-size 4 --lr 3e-3 --seed 4 --log-every 1 --json ";
+  {
+    const std::string n1 = fresh("nli1"), n2 = fresh("nli2");
+    const auto [a, b] = alone_and_on(2, args + "--out ", n1, n2);
+    CHECK_MESSAGE(b.out.find("ranks: 2 processes (MPI), each computing 16 rows of every batch of 32") != std::string::npos, b.out);
+    // The training losses and the selection losses agree up to the order of float sums.
+    const Metrics ma = read_metrics(n1), mb = read_metrics(n2);
+    CHECK(ma.losses.size() == 2 * 3 + 2);  // 3 steps and one selection per epoch
+    check_close(ma.losses, mb.losses, "loss");
+    CHECK(max_weight_difference(n1 + "/last.safetensors", n2 + "/last.safetensors") <= kWeightTolerance);
+    // The ranks share the evaluations' batches; rank 0 reports for both, once.
+    const auto ra = result_of(a), rb = result_of(b);
+    CHECK(std::abs(ra["select"]["correct"].get<int>() - rb["select"]["correct"].get<int>()) <= 1);
+    CHECK(ra["test"]["count"] == rb["test"]["count"]);
+    CHECK(std::count(b.out.begin(), b.out.end(), '{') == std::count(a.out.begin(), a.out.end(), '{'));
+    fs::remove_all(n1);
+    fs::remove_all(n2);
+  }
+  {
+    // The SheafState head in pieces of 8 rows, summed in the fixed order: one process, two,
+    // and four with ZeRO-1 write the same bits (and so select the same epoch).
+    const std::string fixed = args + "--head sheaf --micro-batch 8 --deterministic --out ";
+    const std::string n1 = fresh("nli_fixed1"), n2 = fresh("nli_fixed2"), n4 = fresh("nli_fixed4");
+    const auto [a, b] = alone_and_on(2, fixed, n1, n2);
+    const ShellRun c = ranks(4, fixed + n4 + " --zero 1");
+    REQUIRE_MESSAGE(c.status == 0, c.out);
+    for (const char* name : {"/last.safetensors", "/best.safetensors"}) {
+      CHECK(differing_tensors(n1 + name, n2 + name).empty());
+      CHECK(differing_tensors(n1 + name, n4 + name).empty());
+    }
+    CHECK(result_of(a)["test"] == result_of(c)["test"]);
+    fs::remove_all(n1);
+    fs::remove_all(n2);
+    fs::remove_all(n4);
+  }
+  fs::remove_all(f.dir);
 }
 
 // ---- GPU ranks: NCCL ------------------------------------------------------------------------

@@ -25,39 +25,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* kLabels[] = {"entailment", "neutral", "contradiction"};
-
-// n pairs; pair i has label i % 3, except every 7th, whose gold label is "-".
-std::string jsonl(int n, int offset) {
-  std::string out;
-  const char* words[] = {"a man sits", "a dog runs", "the cat sleeps", "a woman sings", "two kids play"};
-  for (int i = 0; i < n; ++i) {
-    const int k = i + offset;
-    nlohmann::json j = {{"gold_label", k % 7 == 6 ? "-" : kLabels[k % 3]},
-                        {"sentence1", std::string(words[k % 5]) + " ."},
-                        {"sentence2", std::string(words[(k / 3) % 5]) + " outside ."}};
-    out += j.dump() + "\n";
-  }
-  return out;
-}
-
-struct Folder {
-  fs::path dir, vocab;
-};
-
-// dev 7,000 pairs (6,000 labelled), test 70 (60), the 1 % sample 140 (120) in partial/.
-Folder snli_folder(const std::string& name) {
-  Folder f;
-  f.dir = wedge::testing::fresh_run_dir(name);
-  fs::create_directories(f.dir / "partial");
-  std::ofstream(f.dir / "snli_1.0_dev.jsonl") << jsonl(7000, 0);
-  std::ofstream(f.dir / "snli_1.0_test.jsonl") << jsonl(70, 3);
-  std::ofstream(f.dir / "partial" / "snli_1.0_train_random1pct.jsonl") << jsonl(140, 5);
-  f.vocab = f.dir / "vocab.txt";
-  std::ofstream(f.vocab) << "[PAD]\n[UNK]\n[CLS]\n[SEP]\na\nman\nsits\ndog\nruns\nthe\ncat\nsleeps\nwoman\nsings\ntwo\nkids\n"
-                            "play\noutside\n.\n";
-  return f;
-}
+using wedge::testing::Folder;
+using wedge::testing::jsonl;
+using wedge::testing::snli_folder;
 
 NliSettings settings_for(const Folder& f) {
   NliSettings s;

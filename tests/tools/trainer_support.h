@@ -1,5 +1,5 @@
-// Shared by the trainer tests: fresh run directories, the per-step losses a run logged, and
-// a shell command's exit status and output.
+// Shared by the trainer tests: fresh run directories, the per-step losses a run logged, a
+// shell command's exit status and output, and a small SNLI folder.
 #pragma once
 
 #include <unistd.h>
@@ -72,6 +72,41 @@ inline models::LMConfig small_config(const std::string& kind, std::int64_t d_mod
   c.dropout = 0.1;
   c.seed = 3;
   return c;
+}
+
+// n SNLI pairs as JSON lines; pair i (counted from `offset`) has label i % 3, except every
+// 7th, whose gold label is "-".
+inline std::string jsonl(int n, int offset) {
+  static const char* labels[] = {"entailment", "neutral", "contradiction"};
+  static const char* words[] = {"a man sits", "a dog runs", "the cat sleeps", "a woman sings", "two kids play"};
+  std::string out;
+  for (int i = 0; i < n; ++i) {
+    const int k = i + offset;
+    nlohmann::json j = {{"gold_label", k % 7 == 6 ? "-" : labels[k % 3]},
+                        {"sentence1", std::string(words[k % 5]) + " ."},
+                        {"sentence2", std::string(words[(k / 3) % 5]) + " outside ."}};
+    out += j.dump() + "\n";
+  }
+  return out;
+}
+
+struct Folder {
+  std::filesystem::path dir, vocab;
+};
+
+// An SNLI folder of the reduced protocol's files and a vocabulary for them: dev 7,000
+// pairs (6,000 labelled), test 70 (60), the 1 % sample 140 (120) in partial/.
+inline Folder snli_folder(const std::string& name) {
+  Folder f;
+  f.dir = fresh_run_dir(name);
+  std::filesystem::create_directories(f.dir / "partial");
+  std::ofstream(f.dir / "snli_1.0_dev.jsonl") << jsonl(7000, 0);
+  std::ofstream(f.dir / "snli_1.0_test.jsonl") << jsonl(70, 3);
+  std::ofstream(f.dir / "partial" / "snli_1.0_train_random1pct.jsonl") << jsonl(140, 5);
+  f.vocab = f.dir / "vocab.txt";
+  std::ofstream(f.vocab) << "[PAD]\n[UNK]\n[CLS]\n[SEP]\na\nman\nsits\ndog\nruns\nthe\ncat\nsleeps\nwoman\nsings\ntwo\nkids\n"
+                            "play\noutside\n.\n";
+  return f;
 }
 
 }  // namespace wedge::testing
