@@ -75,6 +75,17 @@ class LanguageModel : public Module {
   // A loss the model adds to the cross-entropy of its latest forward (undefined: none),
   // e.g. SheafStateLM's gluing energy and expert balance terms.
   virtual Tensor auxiliary_loss() const { return Tensor(); }
+  // Counts over the whole batch that an auxiliary loss needs and that are no sum of per-row
+  // terms (SheafStateLM: how many patches each layer routed to each expert; the balance
+  // term multiplies each expert's share of the batch's patches). When a batch runs in pieces
+  // (--micro-batch, data parallelism), the trainer adds up batch_counts() of every piece's
+  // forward and gives the totals to use_batch_counts() after a piece's forward, before its
+  // auxiliary_loss(): each piece's term then is exactly its part of the whole batch's.
+  // A forward forgets totals given before it. batch_counts_size() is 0 for models without
+  // such counts (the default), and fixed by the configuration otherwise.
+  virtual std::size_t batch_counts_size() const { return 0; }
+  virtual std::vector<double> batch_counts() const { return {}; }
+  virtual void use_batch_counts(std::vector<double> /*totals*/) {}
   // Model-specific measurements of the latest forward, for metrics.jsonl (empty: none).
   virtual nlohmann::json diagnostics() const { return nlohmann::json::object(); }
 };

@@ -241,13 +241,13 @@ Tensor SheafBlock::forward(const Tensor& h_in, SheafStats& stats) const {
   const std::vector<float> host = probs.detach().to(Device::cpu()).to(DType::F32).to_vector<float>();
   std::vector<std::int32_t> expert(static_cast<std::size_t>(B * patches));
   std::vector<std::int32_t> chosen;  // rows of probs viewed as (B·patches·K, 1)
-  std::vector<double> load(static_cast<std::size_t>(K), 0.0);
+  std::vector<double> count(static_cast<std::size_t>(K), 0.0);
   for (std::int64_t i = 0; i < B * patches; ++i) {
     const float* row = host.data() + i * K;
     const std::int64_t e = std::max_element(row, row + K) - row;
     expert[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(e);
     chosen.push_back(static_cast<std::int32_t>(i * K + e));
-    load[static_cast<std::size_t>(e)] += 1.0 / double(B * patches);
+    count[static_cast<std::size_t>(e)] += 1.0;
   }
   // Tokens grouped by expert (stable: in order of position within each group).
   std::vector<std::vector<std::int32_t>> rows(static_cast<std::size_t>(K));
@@ -273,11 +273,10 @@ Tensor SheafBlock::forward(const Tensor& h_in, SheafStats& stats) const {
   const Tensor gate = gather_rows(gather_rows(probs, 1, chosen), 1, gate_rows);    // (B·L, 1)
   const Tensor expert_out = ops::reshape(gather_rows(grouped, d, inverse) * gate, {B, L, d});
 
-  // Switch-style balance: K Σ_k f_k P_k, f_k the share of patches routed to k (a constant),
-  // P_k the mean router probability of k.
-  const Tensor mean_probs = ops::mean(ops::reshape(probs, {-1, K}), {0});  // (K)
-  std::vector<float> shares(load.begin(), load.end());
-  const Tensor balance = ops::sum(mean_probs * Tensor::from_vector(shares, {K}).to(h.device()).to(h.dtype())) * double(K);
+  // For the Switch-style balance term (SheafStateLM::balance): P_k, the mean router
+  // probability of k, and the counts whose shares f_k weigh it.
+  stats.mean_probs.push_back(ops::mean(ops::reshape(probs, {-1, K}), {0}));  // (K)
+  stats.counts.insert(stats.counts.end(), count.begin(), count.end());
 
   auto add = [](Tensor& total, const Tensor& x) {
     if (!x.defined()) return;
@@ -285,10 +284,7 @@ Tensor SheafBlock::forward(const Tensor& h_in, SheafStats& stats) const {
   };
   add(stats.energy, report.energy);
   add(stats.energy_normalised, report.energy_normalised);
-  add(stats.balance, balance);
   if (report.weights.defined()) stats.weights.push_back(report.weights);
-  if (stats.loads.empty()) stats.loads.assign(static_cast<std::size_t>(K), 0.0);
-  for (std::int64_t k = 0; k < K; ++k) stats.loads[static_cast<std::size_t>(k)] += load[static_cast<std::size_t>(k)];
   ++stats.layers;
   return h + expert_dropout_.forward(expert_out);
 }
@@ -304,14 +300,46 @@ SheafStateLM::SheafStateLM(const LMConfig& config) : TiedEmbeddingLM(config) {
 
 Tensor SheafStateLM::run_blocks(const Tensor& h_in) {
   last_ = SheafStats();
+  batch_totals_.clear();
   Tensor h = h_in;
   for (SheafBlock* block : blocks_) h = block->forward(h, last_);
   return final_norm_->forward(h);  // R: the final LayerNorm before the tied head
 }
 
+std::size_t SheafStateLM::batch_counts_size() const {
+  return config_.balance_weight > 0 ? static_cast<std::size_t>(config_.layers * config_.types) : 0;
+}
+
+void SheafStateLM::use_batch_counts(std::vector<double> totals) {
+  if (totals.size() != last_.counts.size())
+    throw std::invalid_argument(fmt::format("SheafStateLM::use_batch_counts: {} totals for {} counts (layers x experts)",
+                                            totals.size(), last_.counts.size()));
+  batch_totals_ = std::move(totals);
+}
+
+// Switch-style balance: K Σ_k f_k P_k per layer, f_k the share of the patches routed to k
+// (a constant), P_k the mean router probability of k. The shares come from the counts of
+// the whole batch where a piece was given them, so every piece weighs its P_k alike.
+Tensor SheafStateLM::balance(const std::vector<double>& counts) const {
+  Tensor total;
+  const auto K = static_cast<std::int64_t>(config_.types);
+  for (std::size_t l = 0; l < last_.mean_probs.size(); ++l) {
+    const auto* c = counts.data() + l * static_cast<std::size_t>(K);
+    double patches = 0;
+    for (std::int64_t k = 0; k < K; ++k) patches += c[k];
+    std::vector<float> shares;
+    for (std::int64_t k = 0; k < K; ++k) shares.push_back(static_cast<float>(patches > 0 ? c[k] / patches : 0.0));
+    const Tensor& p = last_.mean_probs[l];
+    const Tensor layer = ops::sum(p * Tensor::from_vector(shares, {K}).to(p.device()).to(p.dtype())) * double(K);
+    total = total.defined() ? total + layer : layer;
+  }
+  return total;
+}
+
 Tensor SheafStateLM::auxiliary_loss() const {
   Tensor loss;
-  if (last_.balance.defined() && config_.balance_weight > 0) loss = last_.balance * (config_.balance_weight / double(last_.layers));
+  if (!last_.mean_probs.empty() && config_.balance_weight > 0)
+    loss = balance(batch_totals_.empty() ? last_.counts : batch_totals_) * (config_.balance_weight / double(last_.layers));
   if (last_.energy_normalised.defined() && config_.energy_weight > 0) {
     const Tensor energy = last_.energy_normalised * (config_.energy_weight / double(last_.layers));
     loss = loss.defined() ? loss + energy : energy;
@@ -326,9 +354,15 @@ nlohmann::json SheafStateLM::diagnostics() const {
   const double layers = double(last_.layers);
   if (last_.energy.defined()) j["gluing_energy"] = last_.energy.item() / layers;
   if (last_.energy_normalised.defined()) j["gluing_energy_normalised"] = last_.energy_normalised.item() / layers;
-  if (last_.balance.defined()) j["balance_loss"] = last_.balance.item() / layers;
-  std::vector<double> loads;
-  for (double l : last_.loads) loads.push_back(l / layers);
+  if (!last_.mean_probs.empty()) j["balance_loss"] = balance(last_.counts).item() / layers;
+  // Each expert's share of the patches, averaged over the layers.
+  const auto K = static_cast<std::size_t>(config_.types);
+  std::vector<double> loads(K, 0.0);
+  for (std::size_t l = 0; l * K < last_.counts.size(); ++l) {
+    double patches = 0;
+    for (std::size_t k = 0; k < K; ++k) patches += last_.counts[l * K + k];
+    for (std::size_t k = 0; k < K; ++k) loads[k] += patches > 0 ? last_.counts[l * K + k] / patches / layers : 0.0;
+  }
   j["expert_load"] = loads;
   // Mean a_pq per cover distance 2^j, over the layers, rows and patches that have slot j.
   if (!last_.weights.empty()) {

@@ -86,8 +86,8 @@ class SheafMixer : public Module {
 class SheafBlock : public Module {
  public:
   SheafBlock(const LMConfig& config, Generator& init, Generator& dropout);
-  // h (B, L, d) -> (B, L, d), pre-LN. Adds this layer's energies, balance loss and expert
-  // loads to `stats`.
+  // h (B, L, d) -> (B, L, d), pre-LN. Adds this layer's energies, router probabilities and
+  // expert counts to `stats`.
   Tensor forward(const Tensor& h, struct SheafStats& stats) const;
 
  private:
@@ -105,8 +105,10 @@ class SheafBlock : public Module {
 struct SheafStats {
   Tensor energy;              // raw gluing energy, mean per layer, summed over layers
   Tensor energy_normalised;   // scale-free energy (what λ multiplies)
-  Tensor balance;             // load-balancing loss, summed over layers
-  std::vector<double> loads;  // fraction of patches per expert, summed over layers
+  // Per layer: the mean router probability of each expert, P_k (K), and how many patches
+  // went to each expert, layers x K counts end to end.
+  std::vector<Tensor> mean_probs;
+  std::vector<double> counts;
   std::vector<Tensor> weights;  // eval mode only: each layer's gluing weights (GluingReport::weights)
   std::int64_t layers = 0;
 };
@@ -115,6 +117,10 @@ class SheafStateLM : public TiedEmbeddingLM {
  public:
   explicit SheafStateLM(const LMConfig& config);
   Tensor auxiliary_loss() const override;
+  // Layers x K: the patches each layer routed to each expert.
+  std::size_t batch_counts_size() const override;
+  std::vector<double> batch_counts() const override { return last_.counts; }
+  void use_batch_counts(std::vector<double> totals) override;
   // Adds "gluing_weight_by_distance" (eval mode): the mean a_pq at cover distance 1, 2, 4, ...
   // up to the farthest distance some patch of the sequence has.
   nlohmann::json diagnostics() const override;
@@ -128,7 +134,11 @@ class SheafStateLM : public TiedEmbeddingLM {
  private:
   std::vector<SheafBlock*> blocks_;
   nn::LayerNorm* final_norm_ = nullptr;
+  // The load-balancing loss, summed over layers: K Σ_k f_k P_k per layer, with f_k the
+  // share of `counts` (layers x K) in that layer going to k.
+  Tensor balance(const std::vector<double>& counts) const;
   SheafStats last_;  // of the latest forward
+  std::vector<double> batch_totals_;  // use_batch_counts(), for the latest forward only
 };
 
 }  // namespace wedge::models

@@ -403,6 +403,14 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
 
   Generator* dropout_gen = dropout_generator(*model);
   PieceDropout piece_dropout(dropout_gen, plan.pieces);
+  // Whether a batch in pieces needs the whole batch's counts for the auxiliary loss, and
+  // whether this rank runs several pieces (then a forward pass of each finds them first).
+  const bool whole_batch_counts = model->batch_counts_size() > 0 && plan.pieces > 1;
+  const bool several_pieces_each = plan.last - plan.first > 1;
+  const auto summed_over_ranks = [&](std::vector<double> counts) {
+    if (comm.distributed()) comm.all_reduce_sum(std::span<double>(counts));
+    return counts;
+  };
   std::int64_t step = 0;
   double best_ppl = INFINITY, last_ppl = NAN, elapsed_before = 0;
   std::map<std::string, Tensor> resumed_moments;  // rank 0's, from the checkpoint
@@ -442,6 +450,9 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   resumed_moments.clear();
   if (plan.pieces > comm.size() || st.deterministic)
     say(pieces_line(plan, st.deterministic));
+  if (whole_batch_counts && several_pieces_each)
+    say("pieces: SheafStateLM's balance term weighs each piece by the whole batch's expert counts, so each piece first runs "
+        "forward once without gradients to count them");
 
   auto save_checkpoint = [&](const std::string& name, bool with_optimizer) {
     // Every rank takes part: under ZeRO-1 each holds a shard of the optimizer's moments.
@@ -564,14 +575,13 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     Tensor weighted_loss;  // this rank's pieces' mean losses, each weighted by its share
     // The rows of piece k of the batch (an epoch's short last batch may leave a piece none),
     // on the device. Its loss is scaled by its share of the batch's predicted tokens, so that
-    // the pieces' losses, and so their gradients, sum to the loss of the whole batch at once.
-    // (A model's auxiliary loss is scaled alike, which is exact only for a mean over rows:
-    // SheafStateLM's expert balance is not one, so with several pieces that model follows
-    // one piece per batch only approximately.)
+    // the pieces' losses, and so their gradients, sum to the loss of the whole batch at once;
+    // a model's auxiliary loss (a mean over rows, given the batch's counts) by its share of
+    // the rows.
     struct Piece {
       Tensor x, y;
       std::int64_t tokens = 0;
-      double share = 0;
+      double share = 0, row_share = 0;
     };
     auto piece = [&](std::int64_t k) {
       const std::int64_t begin = plan.piece_begin(k, static_cast<std::int64_t>(whole.rows));
@@ -583,22 +593,48 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
       p.y = Tensor::from_vector(b.targets, {rows * st.block}).to(device);
       p.tokens = rows * st.block;
       p.share = static_cast<double>(b.predicted_tokens) / static_cast<double>(whole.predicted_tokens);
+      p.row_share = static_cast<double>(rows) / static_cast<double>(whole.rows);
       // The dropout masks one piece of the whole batch would draw for these rows.
       piece_dropout.piece(begin, rows, static_cast<std::int64_t>(whole.rows));
       return p;
     };
+    // SheafStateLM's balance term weighs each piece by the whole batch's expert counts
+    // (models/lm.h batch_counts): with one piece per process its forward finds them, and the
+    // processes add theirs before any backward; with several, a forward of each piece
+    // without gradients finds them first.
+    std::vector<double> batch_totals;
+    if (whole_batch_counts && several_pieces_each) {
+      NoGradGuard no_grad;
+      std::vector<double> mine(model->batch_counts_size(), 0.0);
+      for (std::int64_t k = plan.first; k < plan.last; ++k) {
+        const Piece p = piece(k);
+        if (p.tokens == 0) continue;
+        model->forward(p.x);
+        const std::vector<double> counts = model->batch_counts();
+        for (std::size_t i = 0; i < mine.size(); ++i) mine[i] += counts[i];
+      }
+      batch_totals = summed_over_ranks(std::move(mine));
+    }
     {
       // course 21 begin: one training step: forward, the loss and backward of each piece of the batch, clip the gradient's norm, the AdamW update
       auto run_piece = [&](std::int64_t k) {
         const Piece p = piece(k);
-        if (p.tokens == 0) return;  // no rows: adds nothing to the gradient
+        if (p.tokens == 0) {  // no rows: adds nothing to the gradient (nor to the counts)
+          if (whole_batch_counts && !several_pieces_each) summed_over_ranks(std::vector<double>(model->batch_counts_size()));
+          return;
+        }
         Tensor logits = model->forward(p.x);
+        if (whole_batch_counts) {
+          if (!several_pieces_each) batch_totals = summed_over_ranks(model->batch_counts());
+          model->use_batch_counts(batch_totals);
+        }
         Tensor loss = ops::cross_entropy(ops::reshape(logits, {p.tokens, -1}), p.y, data::kIgnoreTarget);
         // The logged loss is the cross-entropy; a model's auxiliary terms (SheafStateLM's
         // gluing energy and expert balance) join it only in the gradient.
         const Tensor aux = model->auxiliary_loss();
-        const Tensor objective = aux.defined() ? loss + aux : loss;
-        (p.share == 1.0 ? objective : objective * p.share).backward();
+        Tensor objective = p.share == 1.0 ? loss : loss * p.share;
+        if (aux.defined()) objective = objective + (p.row_share == 1.0 ? aux : aux * p.row_share);
+        objective.backward();
         const Tensor part = p.share == 1.0 ? loss.detach() : loss.detach() * p.share;
         weighted_loss = weighted_loss.defined() ? weighted_loss + part : part;
       };

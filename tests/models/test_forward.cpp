@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
 
 #include "engine/autograd.h"
@@ -172,6 +173,82 @@ TEST_CASE("SheafStateLM reports its gluing weights in eval mode: a distribution 
   // Five tokens are three patches: the last reaches 2 back, none 4 back, so two slots.
   model->forward(ops::narrow(ids, 1, 0, 5));
   CHECK(model->diagnostics().at("gluing_weight_by_distance").size() == 2);
+}
+
+TEST_CASE("SheafStateLM in pieces: with the batch's expert counts its auxiliary terms add up to the whole batch's") {
+  LMConfig c = tiny("sheaf");
+  c.types = 3;
+  c.balance_weight = 0.5;
+  c.energy_weight = 0.1;
+  auto model = models::make_model(c);
+  model->train();
+  REQUIRE(model->batch_counts_size() == 2 * 3);  // layers x experts
+  Generator gen(11);
+  std::vector<std::int32_t> tokens(5 * 9);
+  for (auto& t : tokens) t = static_cast<std::int32_t>(gen.integer(11));
+  const Tensor ids = Tensor::from_vector(tokens, {5, 9});
+  // The gradient of every parameter (zeros where none) after `run`'s backward passes.
+  const auto gradients = [&](const std::function<double()>& run) {
+    model->zero_grad();
+    const double value = run();
+    std::vector<std::vector<float>> g;
+    for (const auto& [name, p] : model->named_parameters())
+      g.push_back(p.grad().defined() ? p.grad().to_vector<float>() : std::vector<float>(static_cast<std::size_t>(p.numel())));
+    return std::make_pair(value, g);
+  };
+  std::vector<double> whole_counts;
+  const auto whole = gradients([&] {
+    model->forward(ids);
+    whole_counts = model->batch_counts();
+    const Tensor aux = model->auxiliary_loss();
+    aux.backward();
+    return aux.item();
+  });
+  // Rows [0, 2) and [2, 5): each piece's term weighted by its share of the rows.
+  const std::vector<std::pair<std::int64_t, std::int64_t>> pieces = {{0, 2}, {2, 3}};
+  std::vector<double> totals(model->batch_counts_size(), 0.0);
+  std::vector<std::vector<double>> piece_counts;
+  for (const auto& [first, rows] : pieces) {
+    NoGradGuard no_grad;
+    model->forward(ops::narrow(ids, 0, first, rows));
+    piece_counts.push_back(model->batch_counts());
+    for (std::size_t i = 0; i < totals.size(); ++i) totals[i] += piece_counts.back()[i];
+  }
+  CHECK(totals == whole_counts);
+  const auto in_pieces = [&](bool with_totals) {
+    return gradients([&] {
+      double value = 0;
+      for (const auto& [first, rows] : pieces) {
+        model->forward(ops::narrow(ids, 0, first, rows));
+        if (with_totals) model->use_batch_counts(totals);
+        const Tensor aux = model->auxiliary_loss() * (double(rows) / 5.0);
+        aux.backward();
+        value += aux.item();
+      }
+      return value;
+    });
+  };
+  const auto split = in_pieces(true);
+  CHECK(split.first == doctest::Approx(whole.first).epsilon(1e-6));
+  // Each gradient to float32 rounding of its tensor's scale: the sums run in other orders.
+  for (std::size_t t = 0; t < whole.second.size(); ++t) {
+    float scale = 0;
+    for (const float g : whole.second[t]) scale = std::max(scale, std::abs(g));
+    for (std::size_t i = 0; i < whole.second[t].size(); ++i)
+      CHECK(std::abs(split.second[t][i] - whole.second[t][i]) <= 1e-5f * scale);
+  }
+  // With each piece's own counts the balance term is another function: the pieces of this
+  // (seeded) batch route in other shares than the whole.
+  bool shares_differ = false;
+  for (std::size_t l = 0; l < 2; ++l)
+    for (std::size_t k = 0; k < 3; ++k)
+      shares_differ |= piece_counts[0][l * 3 + k] / 2.0 != totals[l * 3 + k] / 5.0;
+  REQUIRE(shares_differ);
+  CHECK(std::abs(in_pieces(false).first - whole.first) > 1e-6 * std::abs(whole.first));
+  // Totals of another shape are refused; a forward forgets the totals given before it.
+  CHECK_THROWS_AS(model->use_batch_counts({1.0, 2.0}), std::invalid_argument);
+  model->forward(ids);
+  CHECK(model->auxiliary_loss().item() == doctest::Approx(whole.first).epsilon(1e-6));
 }
 
 TEST_CASE("forward checks its input") {

@@ -131,13 +131,22 @@ const std::string kSizes =
     "--json";
 const std::string kTiny = kSizes + " --batch 4";
 
+// Batches of 8 rows in pieces of 2: 4 pieces, shared by 1, 2 or 4 processes.
+const std::string kPieces = kSizes + " --batch 8 --micro-batch 2 --deterministic";
+const std::string kSheafSizes = " --patch 4 --cover-depth 2 --types 2 --state-size 4 --section-dim 8 --expert-d-ff 16";
+
+std::string model_args(const std::string& model) {
+  return "--model " + model + (model == "transformer" ? " --dropout 0.1" : model == "sheaf" ? kSheafSizes : "");
+}
+
 }  // namespace
 
-TEST_CASE("mpirun -np 2 wedge train repeats the single-process run (TransformerLM with dropout, GrassmannLM)") {
-  for (const std::string model : {"transformer", "grassmann"}) {
+TEST_CASE("mpirun -np 2 wedge train repeats the single-process run (TransformerLM with dropout, GrassmannLM, SheafStateLM)") {
+  for (const std::string model : {"transformer", "grassmann", "sheaf"}) {
     INFO(model);
     // Dropout on for one model: each rank must draw the masks one process draws for its rows.
-    const std::string args = "--model " + model + " " + kTiny + (model == "transformer" ? " --dropout 0.1" : "");
+    // SheafStateLM: the ranks add their expert counts before the backward (its balance term).
+    const std::string args = model_args(model) + " " + kTiny;
     const std::string single = fresh("one_" + model), two = fresh("two_" + model);
     const ShellRun a = one("train " + args + " --out " + single);
     REQUIRE_MESSAGE(a.status == 0, a.out);
@@ -225,17 +234,6 @@ TEST_CASE("an epoch's short last batch may leave a rank no rows: it still joins 
 
 // ---- pieces, the fixed summation order, ZeRO-1 -------------------------------------------------
 
-namespace {
-
-// Batches of 8 rows in pieces of 2: 4 pieces, shared by 1, 2 or 4 processes.
-const std::string kPieces = kSizes + " --batch 8 --micro-batch 2 --deterministic";
-const std::string kSheafSizes = " --patch 4 --cover-depth 2 --types 2 --state-size 4 --section-dim 8 --expert-d-ff 16";
-
-std::string model_args(const std::string& model) {
-  return "--model " + model + (model == "transformer" ? " --dropout 0.1" : model == "sheaf" ? kSheafSizes : "");
-}
-
-}  // namespace
 
 TEST_CASE("--deterministic: 1, 2 and 4 processes give bit-identical weights and moments") {
   for (const std::string model : {"transformer", "grassmann", "sheaf"}) {
@@ -288,6 +286,23 @@ TEST_CASE("--micro-batch in one process accumulates the whole batch's gradient")
   REQUIRE_MESSAGE(r.status == 0, r.out);
   check_close(read_metrics(whole).losses, read_metrics(pieces).losses, "loss");
   CHECK(max_weight_difference(whole + "/last.safetensors", pieces + "/last.safetensors") <= kWeightTolerance);
+  // SheafStateLM's balance term is no mean over rows: each piece first counts the whole
+  // batch's routing (a forward without gradients), and then follows the one-piece run too,
+  // on one process and on two (two pieces each).
+  const std::string sheaf = "train " + model_args("sheaf") + " " + kSizes + " --batch 8 --out ";
+  const std::string s_whole = fresh("acc_sheaf_whole"), s_pieces = fresh("acc_sheaf_pieces"), s_two = fresh("acc_sheaf_two");
+  REQUIRE(one(sheaf + s_whole).status == 0);
+  const ShellRun s = one(sheaf + s_pieces + " --micro-batch 2");
+  REQUIRE_MESSAGE(s.status == 0, s.out);
+  CHECK_MESSAGE(s.out.find("each piece first runs forward once without gradients") != std::string::npos, s.out);
+  REQUIRE(ranks(2, sheaf + s_two + " --micro-batch 2").status == 0);
+  for (const std::string& run : {s_pieces, s_two}) {
+    INFO(run);
+    check_close(read_metrics(s_whole).losses, read_metrics(run).losses, "loss");
+    CHECK(max_weight_difference(s_whole + "/last.safetensors", run + "/last.safetensors") <= kWeightTolerance);
+    fs::remove_all(run);
+  }
+  fs::remove_all(s_whole);
   fs::remove_all(whole);
   fs::remove_all(pieces);
 }
