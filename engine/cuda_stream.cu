@@ -36,7 +36,15 @@ void check_cublas(cublasStatus_t status, const char* what) {
                            std::to_string(static_cast<int>(status)) + " (" + cublasGetStatusName(status) + ")");
 }
 
+namespace {
+thread_local cudaStream_t t_override = nullptr;
+}
+
+StreamOverride::StreamOverride(cudaStream_t other) : previous_(t_override) { t_override = other; }
+StreamOverride::~StreamOverride() { t_override = previous_; }
+
 cudaStream_t stream() {
+  if (t_override != nullptr) return t_override;
   // A non-blocking stream does not serialise with the legacy default stream, which
   // wedge never uses; every copy is issued on this stream explicitly.
   static const cudaStream_t s = [] {

@@ -26,6 +26,21 @@ namespace wedge::cuda {
 // runtime may already be torn down when static destructors run).
 cudaStream_t stream();
 
+// For its scope, kernels that this thread launches go to `other` instead of stream():
+// how the GPU collectives (engine/nccl.h) run wedge's adding kernel on their own stream,
+// beside the backward pass. Nothing else may run in the scope: not the allocator (it
+// counts on one stream), nor cuBLAS (bound to stream() when made).
+class StreamOverride {
+ public:
+  explicit StreamOverride(cudaStream_t other);
+  ~StreamOverride();
+  StreamOverride(const StreamOverride&) = delete;
+  StreamOverride& operator=(const StreamOverride&) = delete;
+
+ private:
+  cudaStream_t previous_;
+};
+
 // The cuBLAS handle, with its stream set to stream() (created on first use).
 cublasHandle_t cublas();
 

@@ -39,8 +39,9 @@ void check(ncclResult_t rc, const char* what) {
   throw std::runtime_error(fmt::format("NCCL: {} failed: {}", what, ncclGetErrorString(rc)));
 }
 
-// Device memory for one collective, from wedge's caching allocator. Freed while the work
-// that uses it may still be queued: safe, as everything runs on the one stream.
+// Device memory for one collective, from wedge's caching allocator. On wedge's stream it
+// may be freed while the work that uses it is still queued (the next user is queued after
+// it); a started sum keeps its scratch until finish() has seen its stream through.
 class Scratch {
  public:
   explicit Scratch(std::size_t floats)
@@ -56,46 +57,77 @@ class Scratch {
   float* data_;
 };
 
-// The CUDA tree_sum kernel: the ranks' slices added in Communicator::tree_mid's order.
-void tree_sum(const float* slices, std::size_t n, std::size_t count, float* out) {
+// The CUDA tree_sum kernel, on `stream`: the ranks' slices added in Communicator::tree_mid's order.
+void tree_sum(const float* slices, std::size_t n, std::size_t count, float* out, cudaStream_t stream) {
   const kernels::KernelTable<float>* gpu = kernels::kernel_table<float>(static_cast<int>(DeviceKind::CUDA));
   if (gpu == nullptr || gpu->tree_sum == nullptr)
     throw std::logic_error("the GPU collectives need the CUDA kernels (link wedge::kernels)");
+  const cuda::StreamOverride on(stream);
   gpu->tree_sum(slices, static_cast<std::int64_t>(n), static_cast<std::int64_t>(count), out);
 }
+
+// A CUDA event that destroys itself.
+class Event {
+ public:
+  Event() { cuda::check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "creating an event"); }
+  ~Event() { cudaEventDestroy(event_); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
 
 }  // namespace
 
 struct DeviceCommunicator::State {
   const Communicator* hosts = nullptr;
   ncclComm_t comm = nullptr;
+  cudaStream_t own = nullptr;  // the started sums' stream
   int rank = 0, size = 1;
 
-  // Waits, under the job's timeout, until the GPU has done everything queued so far (the
-  // collective just queued and what came before it); NCCL's own errors end the wait too.
-  void wait(const char* collective) const {
-    cudaEvent_t done = nullptr;
-    cuda::check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "creating an event");
-    cuda::check(cudaEventRecord(done, cuda::stream()), "recording an event");
-    try {
-      hosts->wait_until(
-          [&] {
-            ncclResult_t async = ncclSuccess;
-            check(ncclCommGetAsyncError(comm, &async), "ncclCommGetAsyncError");
-            check(async, collective);
-            const cudaError_t state = cudaEventQuery(done);
-            if (state == cudaErrorNotReady) return false;
-            cuda::check(state, collective);
-            return true;
-          },
-          collective);
-    } catch (...) {
-      cudaEventDestroy(done);
-      throw;
-    }
-    cuda::check(cudaEventDestroy(done), "destroying an event");
+  // Waits, under the job's timeout, until `done` has happened on the GPU; NCCL's own
+  // errors end the wait too.
+  void wait(cudaEvent_t done, const char* collective) const {
+    hosts->wait_until(
+        [&] {
+          ncclResult_t async = ncclSuccess;
+          check(ncclCommGetAsyncError(comm, &async), "ncclCommGetAsyncError");
+          check(async, collective);
+          const cudaError_t state = cudaEventQuery(done);
+          if (state == cudaErrorNotReady) return false;
+          cuda::check(state, collective);
+          return true;
+        },
+        collective);
   }
+  // Waits until wedge's stream has done everything queued so far (the collective just
+  // queued and what came before it).
+  void wait(const char* collective) const {
+    const Event done;
+    cuda::check(cudaEventRecord(done.get(), cuda::stream()), "recording an event");
+    wait(done.get(), collective);
+  }
+
+  // The collectives queued on `stream`, their scratch memory allocated into `keep` (kept
+  // as long as the caller needs it: to the end of the call on wedge's stream, to finish()
+  // on the own stream).
+  void queue_all_reduce(float* values, std::size_t n, cudaStream_t stream, std::vector<std::unique_ptr<Scratch>>& keep) const;
+  void queue_reduce_scatter(float* values, std::size_t n, std::span<const std::size_t> bounds, cudaStream_t stream,
+                            std::vector<std::unique_ptr<Scratch>>& keep) const;
+  void queue_all_gather(float* values, std::span<const std::size_t> bounds, cudaStream_t stream) const;
 };
+
+struct DeviceCommunicator::PendingSum::State {
+  std::vector<std::unique_ptr<Scratch>> scratch;
+  Event done;  // recorded on the own stream after the exchange
+};
+
+DeviceCommunicator::PendingSum::PendingSum() = default;
+DeviceCommunicator::PendingSum::PendingSum(PendingSum&&) noexcept = default;
+DeviceCommunicator::PendingSum& DeviceCommunicator::PendingSum::operator=(PendingSum&&) noexcept = default;
+DeviceCommunicator::PendingSum::~PendingSum() = default;
 
 DeviceCommunicator::DeviceCommunicator() : state_(std::make_unique<State>()) {
   const Communicator& hosts = Communicator::world();
@@ -110,6 +142,7 @@ DeviceCommunicator::DeviceCommunicator() : state_(std::make_unique<State>()) {
   if (hosts.is_root()) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
   hosts.broadcast(&id, sizeof id);
   check(ncclCommInitRank(&state_->comm, state_->size, id, state_->rank), "ncclCommInitRank");
+  cuda::check(cudaStreamCreateWithFlags(&state_->own, cudaStreamNonBlocking), "creating the collectives' stream");
 }
 
 // The communicator lives as long as the process (as the CUDA stream does): at static
@@ -134,70 +167,115 @@ std::string DeviceCommunicator::library() const {
 // As the host all-reduce: with more than two ranks a reduce-scatter over even shards and
 // an all-gather; with two (or one), buckets of every rank's values gathered, N slices one
 // after another, then added in the tree order into place.
-void DeviceCommunicator::all_reduce_sum(float* values, std::size_t n) const {
-  const auto ranks = static_cast<std::size_t>(state_->size);
+void DeviceCommunicator::State::queue_all_reduce(float* values, std::size_t n, cudaStream_t stream,
+                                                 std::vector<std::unique_ptr<Scratch>>& keep) const {
+  const auto ranks = static_cast<std::size_t>(size);
   if (ranks > 2) {
-    const std::vector<std::size_t> bounds = even_bounds(n, state_->size);
-    reduce_scatter_sum(values, n, bounds);
-    all_gather(values, n, bounds);
+    const std::vector<std::size_t> bounds = even_bounds(n, size);
+    queue_reduce_scatter(values, n, bounds, stream, keep);
+    queue_all_gather(values, bounds, stream);
     return;
   }
-  const std::size_t bucket = piece_elements<float>(state_->size);
-  const Scratch gathered(std::min(n, bucket) * ranks);
+  const std::size_t bucket = piece_elements<float>(size);
+  const Scratch& gathered = *keep.emplace_back(std::make_unique<Scratch>(std::min(n, bucket) * ranks));
   for (std::size_t begin = 0; begin < n; begin += bucket) {
     const std::size_t count = std::min(bucket, n - begin);
-    check(ncclAllGather(values + begin, gathered.get(), count, ncclFloat, state_->comm, cuda::stream()),
-          "ncclAllGather");
-    tree_sum(gathered.get(), count, ranks, values + begin);
+    check(ncclAllGather(values + begin, gathered.get(), count, ncclFloat, comm, stream), "ncclAllGather");
+    tree_sum(gathered.get(), count, ranks, values + begin, stream);
   }
-  state_->wait("all_reduce_sum");
 }
 
 // In rounds as the host's: each rank sends every rank that rank's piece of its values and
 // receives every rank's copy of its own piece, then adds them in the tree order.
-void DeviceCommunicator::reduce_scatter_sum(float* values, std::size_t n, std::span<const std::size_t> bounds) const {
-  check_shard_bounds(bounds, n, state_->size, "reduce_scatter_sum");
-  const auto me = static_cast<std::size_t>(state_->rank);
-  const ShardRounds shards(bounds, piece_elements<float>(state_->size));
-  const Scratch received(shards.buffer_elements());
+void DeviceCommunicator::State::queue_reduce_scatter(float* values, std::size_t n, std::span<const std::size_t> bounds,
+                                                     cudaStream_t stream, std::vector<std::unique_ptr<Scratch>>& keep) const {
+  check_shard_bounds(bounds, n, size, "reduce_scatter_sum");
+  const auto me = static_cast<std::size_t>(rank);
+  const ShardRounds shards(bounds, piece_elements<float>(size));
+  const Scratch& received = *keep.emplace_back(std::make_unique<Scratch>(shards.buffer_elements()));
   for (std::size_t k = 0; k < shards.rounds(); ++k) {
     const ShardRounds::Round r = shards.round(k);
     const auto mine = static_cast<std::size_t>(r.counts[me]);
     if (mine > 0)
       cuda::check(cudaMemcpyAsync(received.get() + me * mine, values + r.first[me], mine * sizeof(float),
-                                  cudaMemcpyDeviceToDevice, cuda::stream()),
+                                  cudaMemcpyDeviceToDevice, stream),
                   "copying this rank's own piece");
     check(ncclGroupStart(), "ncclGroupStart");
     for (std::size_t q = 0; q < shards.ranks(); ++q) {
       if (q == me) continue;
       const auto theirs = static_cast<std::size_t>(r.counts[q]);
       const int peer = static_cast<int>(q);
-      if (theirs > 0)
-        check(ncclSend(values + r.first[q], theirs, ncclFloat, peer, state_->comm, cuda::stream()), "ncclSend");
-      if (mine > 0)
-        check(ncclRecv(received.get() + q * mine, mine, ncclFloat, peer, state_->comm, cuda::stream()), "ncclRecv");
+      if (theirs > 0) check(ncclSend(values + r.first[q], theirs, ncclFloat, peer, comm, stream), "ncclSend");
+      if (mine > 0) check(ncclRecv(received.get() + q * mine, mine, ncclFloat, peer, comm, stream), "ncclRecv");
     }
     check(ncclGroupEnd(), "ncclGroupEnd");
-    tree_sum(received.get(), mine, shards.ranks(), values + r.first[me]);
+    tree_sum(received.get(), mine, shards.ranks(), values + r.first[me], stream);
   }
-  state_->wait("reduce_scatter_sum");
 }
 
 // Every rank's shard straight into its place on every other rank: no scratch, no rounds.
-void DeviceCommunicator::all_gather(float* values, std::size_t n, std::span<const std::size_t> bounds) const {
-  check_shard_bounds(bounds, n, state_->size, "all_gather");
-  const auto me = static_cast<std::size_t>(state_->rank);
+void DeviceCommunicator::State::queue_all_gather(float* values, std::span<const std::size_t> bounds, cudaStream_t stream) const {
+  const auto me = static_cast<std::size_t>(rank);
   const std::size_t mine = bounds[me + 1] - bounds[me];
   check(ncclGroupStart(), "ncclGroupStart");
   for (std::size_t q = 0; q + 1 < bounds.size(); ++q) {
     if (q == me) continue;
     const int peer = static_cast<int>(q);
-    if (mine > 0) check(ncclSend(values + bounds[me], mine, ncclFloat, peer, state_->comm, cuda::stream()), "ncclSend");
+    if (mine > 0) check(ncclSend(values + bounds[me], mine, ncclFloat, peer, comm, stream), "ncclSend");
     if (const std::size_t theirs = bounds[q + 1] - bounds[q]; theirs > 0)
-      check(ncclRecv(values + bounds[q], theirs, ncclFloat, peer, state_->comm, cuda::stream()), "ncclRecv");
+      check(ncclRecv(values + bounds[q], theirs, ncclFloat, peer, comm, stream), "ncclRecv");
   }
   check(ncclGroupEnd(), "ncclGroupEnd");
+}
+
+void DeviceCommunicator::all_reduce_sum(float* values, std::size_t n) const {
+  std::vector<std::unique_ptr<Scratch>> scratch;
+  state_->queue_all_reduce(values, n, cuda::stream(), scratch);
+  state_->wait("all_reduce_sum");
+}
+
+void DeviceCommunicator::reduce_scatter_sum(float* values, std::size_t n, std::span<const std::size_t> bounds) const {
+  std::vector<std::unique_ptr<Scratch>> scratch;
+  state_->queue_reduce_scatter(values, n, bounds, cuda::stream(), scratch);
+  state_->wait("reduce_scatter_sum");
+}
+
+void DeviceCommunicator::all_gather(float* values, std::size_t n, std::span<const std::size_t> bounds) const {
+  check_shard_bounds(bounds, n, state_->size, "all_gather");
+  state_->queue_all_gather(values, bounds, cuda::stream());
   state_->wait("all_gather");
+}
+
+// A started sum: the own stream waits for everything queued on wedge's stream so far,
+// `queue` puts the exchange on it (its scratch allocated now: a block the allocator hands
+// out had its last use queued on wedge's stream before the event), and an event marks its end.
+DeviceCommunicator::PendingSum DeviceCommunicator::start(const std::function<void(PendingSum::State&)>& queue) const {
+  PendingSum p;
+  p.state_ = std::make_unique<PendingSum::State>();
+  const Event ready;
+  cuda::check(cudaEventRecord(ready.get(), cuda::stream()), "recording an event");
+  cuda::check(cudaStreamWaitEvent(state_->own, ready.get(), 0), "ordering the collectives' stream");
+  queue(*p.state_);
+  cuda::check(cudaEventRecord(p.state_->done.get(), state_->own), "recording an event");
+  return p;
+}
+
+DeviceCommunicator::PendingSum DeviceCommunicator::start_all_reduce_sum(float* values, std::size_t n) const {
+  return start([&](PendingSum::State& st) { state_->queue_all_reduce(values, n, state_->own, st.scratch); });
+}
+
+DeviceCommunicator::PendingSum DeviceCommunicator::start_reduce_scatter_sum(float* values, std::size_t n,
+                                                                            std::span<const std::size_t> bounds) const {
+  check_shard_bounds(bounds, n, state_->size, "reduce_scatter_sum");
+  return start([&](PendingSum::State& st) { state_->queue_reduce_scatter(values, n, bounds, state_->own, st.scratch); });
+}
+
+void DeviceCommunicator::finish(PendingSum& pending) const {
+  if (!pending.state_)
+    throw std::logic_error("DeviceCommunicator::finish: this sum was never started (or finished already)");
+  state_->wait(pending.state_->done.get(), "a started sum (NCCL)");
+  cuda::check(cudaStreamWaitEvent(cuda::stream(), pending.state_->done.get(), 0), "ordering wedge's stream");
+  pending.state_.reset();
 }
 
 #else  // no NCCL in this build
@@ -220,6 +298,18 @@ std::string DeviceCommunicator::library() const { return {}; }
 void DeviceCommunicator::all_reduce_sum(float*, std::size_t) const {}
 void DeviceCommunicator::reduce_scatter_sum(float*, std::size_t, std::span<const std::size_t>) const {}
 void DeviceCommunicator::all_gather(float*, std::size_t, std::span<const std::size_t>) const {}
+struct DeviceCommunicator::PendingSum::State {};
+DeviceCommunicator::PendingSum::PendingSum() = default;
+DeviceCommunicator::PendingSum::PendingSum(PendingSum&&) noexcept = default;
+DeviceCommunicator::PendingSum& DeviceCommunicator::PendingSum::operator=(PendingSum&&) noexcept = default;
+DeviceCommunicator::PendingSum::~PendingSum() = default;
+DeviceCommunicator::PendingSum DeviceCommunicator::start_all_reduce_sum(float*, std::size_t) const { return {}; }
+DeviceCommunicator::PendingSum DeviceCommunicator::start_reduce_scatter_sum(float*, std::size_t,
+                                                                            std::span<const std::size_t>) const {
+  return {};
+}
+void DeviceCommunicator::finish(PendingSum&) const {}
+DeviceCommunicator::PendingSum DeviceCommunicator::start(const std::function<void(PendingSum::State&)>&) const { return {}; }
 
 #endif
 

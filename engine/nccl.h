@@ -14,10 +14,12 @@
 //
 // Every call queues its work on wedge's CUDA stream, in order with the kernels around it,
 // and returns when it is done on this GPU, waiting as the host collectives do: past
-// Communicator::timeout() the job ends with one line naming the collective.
+// Communicator::timeout() the job ends with one line naming the collective. The started
+// sums (start_*, finish) run on a stream of their own instead, beside the backward pass.
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -46,12 +48,38 @@ class DeviceCommunicator {
   void reduce_scatter_sum(float* values, std::size_t n, std::span<const std::size_t> bounds) const;
   void all_gather(float* values, std::size_t n, std::span<const std::size_t> bounds) const;
 
+  // all_reduce_sum and reduce_scatter_sum in two halves, as Communicator's start_* and
+  // finish (distributed.h), so that a bucket of gradients travels and is added while the
+  // backward pass computes the next. A start queues the exchange on this communicator's
+  // own stream, after everything queued on wedge's stream so far (the bucket's gradients
+  // included), and returns at once; `values` must stay allocated and untouched until
+  // finish(), which waits for the exchange (under the timeout) and orders wedge's stream
+  // after it. The bits are those of the calls above. Every rank starts the same sums in the
+  // same order and finishes them in that order.
+  class PendingSum {
+   public:
+    PendingSum();
+    PendingSum(PendingSum&&) noexcept;
+    PendingSum& operator=(PendingSum&&) noexcept;
+    ~PendingSum();
+
+   private:
+    friend class DeviceCommunicator;
+    struct State;
+    std::unique_ptr<State> state_;
+  };
+  PendingSum start_all_reduce_sum(float* values, std::size_t n) const;
+  PendingSum start_reduce_scatter_sum(float* values, std::size_t n, std::span<const std::size_t> bounds) const;
+  void finish(PendingSum& pending) const;
+
   ~DeviceCommunicator();
   DeviceCommunicator(const DeviceCommunicator&) = delete;
   DeviceCommunicator& operator=(const DeviceCommunicator&) = delete;
 
  private:
   DeviceCommunicator();
+  // A started sum whose exchange `queue` puts on the own stream.
+  PendingSum start(const std::function<void(PendingSum::State&)>& queue) const;
   struct State;
   std::unique_ptr<State> state_;
 };

@@ -162,8 +162,8 @@ double GradientSync::accumulate(std::int64_t first, std::int64_t last, const std
     return grad_norm(params_);
   }
   std::fill(reached_.begin(), reached_.end(), 0.0f);
-  // The sum over ranks overlaps the last piece's backward (through host memory).
-  const bool overlap = comm_.distributed() && gpu_comm_ == nullptr;
+  // The sum over ranks overlaps the last piece's backward.
+  const bool overlap = comm_.distributed();
   Tensor flat = overlap         ? overlapped_sum(first, last, run_piece)
                 : deterministic_ ? tree_sum(first, last, run_piece)
                                  : gather_local(first, last, run_piece);
@@ -235,10 +235,11 @@ Tensor GradientSync::overlapped_sum(std::int64_t first, std::int64_t last, const
   } else {
     for (std::int64_t k = first; k + 1 < last; ++k) run_piece(k);
   }
-  const Tensor flat = Tensor::zeros({static_cast<std::int64_t>(bounds_.back())});
+  const Tensor flat = Tensor::zeros({static_cast<std::int64_t>(bounds_.back())}, DType::F32, flat_device_);
   for (Bucket& b : buckets_) b.waiting = b.end_param - b.first_param;
   next_bucket_ = buckets_.size();
   pending_.clear();
+  pending_gpu_.clear();
   {
     const LeafGradientHook hook([&](const TensorImpl& leaf) {
       const auto it = param_index_.find(&leaf);
@@ -246,7 +247,7 @@ Tensor GradientSync::overlapped_sum(std::int64_t first, std::int64_t last, const
       const CommTimer timer(comm_seconds_);
       --buckets_[bucket_of_[it->second]].waiting;
       while (next_bucket_ > 0 && buckets_[next_bucket_ - 1].waiting == 0) bucket_ready(--next_bucket_, flat, true);
-      comm_.progress(pending_);
+      if (gpu_comm_ == nullptr) comm_.progress(pending_);
     });
     run_piece(last - 1);
   }
@@ -255,7 +256,9 @@ Tensor GradientSync::overlapped_sum(std::int64_t first, std::int64_t last, const
   // rows) go now, in the same order.
   while (next_bucket_ > 0) bucket_ready(--next_bucket_, flat, false);
   for (dist::Communicator::PendingSum& p : pending_) comm_.finish(p);
+  for (dist::DeviceCommunicator::PendingSum& p : pending_gpu_) gpu_comm_->finish(p);
   pending_.clear();
+  pending_gpu_.clear();
   lefts_.clear();
   for (Tensor& p : params_) p.zero_grad();
   return flat;
@@ -275,20 +278,23 @@ void GradientSync::bucket_ready(std::size_t b, const Tensor& flat, bool during_b
     at += static_cast<std::size_t>(params_[i].numel());
   }
   const std::size_t n = bucket.end - bucket.begin;
-  const std::span<float> values = host_span(flat).subspan(bucket.begin, n);
-  // The fixed order: the left halves along the path to the last piece, innermost first.
-  for (auto left = lefts_.rbegin(); left != lefts_.rend(); ++left) {
-    const float* l = left->data<float>() + bucket.begin;
-    for (std::size_t e = 0; e < n; ++e) values[e] = l[e] + values[e];
+  const Shape shape{static_cast<std::int64_t>(n)};
+  Tensor values = window(flat, bucket.begin, shape);
+  {
+    // The fixed order: the left halves along the path to the last piece, innermost first.
+    NoGradGuard no_grad;
+    for (auto left = lefts_.rbegin(); left != lefts_.rend(); ++left)
+      values.copy_(ops::add(window(*left, bucket.begin, shape), values));
   }
-  if (zero_) {
-    // ZeRO-1: each rank's shard of the bucket, the shards' bounds clipped to the bucket.
-    std::vector<std::size_t> bounds;
+  float* data = flat.data<float>() + bucket.begin;
+  // ZeRO-1: each rank's shard of the bucket, the shards' bounds clipped to the bucket.
+  std::vector<std::size_t> bounds;
+  if (zero_)
     for (const std::size_t edge : bounds_) bounds.push_back(std::clamp(edge, bucket.begin, bucket.end) - bucket.begin);
-    pending_.push_back(comm_.start_reduce_scatter_sum(values, bounds));
-  } else {
-    pending_.push_back(comm_.start_all_reduce_sum(values));
-  }
+  if (gpu_comm_ != nullptr)
+    pending_gpu_.push_back(zero_ ? gpu_comm_->start_reduce_scatter_sum(data, n, bounds) : gpu_comm_->start_all_reduce_sum(data, n));
+  else
+    pending_.push_back(zero_ ? comm_.start_reduce_scatter_sum({data, n}, bounds) : comm_.start_all_reduce_sum({data, n}));
   sent_elements_ += static_cast<double>(n);
   if (during_backward) overlapped_elements_ += static_cast<double>(n);
 }

@@ -152,7 +152,8 @@ class GradientSync {
   std::vector<Bucket> buckets_;
   std::vector<std::size_t> bucket_of_;  // per parameter
   std::unordered_map<const TensorImpl*, std::size_t> param_index_;
-  std::vector<dist::Communicator::PendingSum> pending_;
+  std::vector<dist::Communicator::PendingSum> pending_;          // through MPI
+  std::vector<dist::DeviceCommunicator::PendingSum> pending_gpu_;  // through NCCL
   std::vector<Tensor> lefts_;  // the fixed order's left halves before the last piece, outermost first
   std::size_t next_bucket_ = 0;  // buckets [next_bucket_, end) have started; next_bucket_ - 1 goes next
   double sent_elements_ = 0, overlapped_elements_ = 0;  // global_norm is const but times its gather

@@ -447,6 +447,9 @@ TEST_CASE("GPU ranks sum through NCCL with the bits of the host's sums (runs whe
     CHECK_MESSAGE(c.out.find("(NCCL ") != std::string::npos, c.out);
     const ShellRun d = ranks(2, args + zero + " --zero 1");
     REQUIRE_MESSAGE(d.status == 0, d.out);
+    // The buckets went on the collectives' own stream during the backward pass.
+    CHECK(result_of(c).at("comm_overlap").get<double>() > 0.5);
+    CHECK(result_of(d).at("comm_overlap").get<double>() > 0.5);
     CHECK(differing_tensors(plain + "/last.safetensors", two + "/last.safetensors").empty());
     CHECK(differing_tensors(plain + "/last.safetensors", zero + "/last.safetensors").empty());
     dirs.insert(dirs.end(), {two, zero});
