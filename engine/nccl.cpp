@@ -39,9 +39,10 @@ void check(ncclResult_t rc, const char* what) {
   throw std::runtime_error(fmt::format("NCCL: {} failed: {}", what, ncclGetErrorString(rc)));
 }
 
-// Device memory for one collective, from wedge's caching allocator. On wedge's stream it
-// may be freed while the work that uses it is still queued (the next user is queued after
-// it); a started sum keeps its scratch until finish() has seen its stream through.
+// Device memory for the collectives, from wedge's caching allocator: one buffer per
+// blocking call (on wedge's stream it may be freed while the work that uses it is still
+// queued, the next user being queued after it), and one for the started sums that lives as
+// long as the communicator (they run one after another on the own stream, so they share it).
 class Scratch {
  public:
   explicit Scratch(std::size_t floats)
@@ -84,8 +85,12 @@ class Event {
 struct DeviceCommunicator::State {
   const Communicator* hosts = nullptr;
   ncclComm_t comm = nullptr;
-  cudaStream_t own = nullptr;  // the started sums' stream
+  cudaStream_t own = nullptr;             // the started sums' stream
+  std::unique_ptr<Scratch> own_scratch;   // theirs, made by the first
   int rank = 0, size = 1;
+
+  // The most scratch one collective takes: N pieces of a bucket, or of a shard's round.
+  std::size_t scratch_elements() const { return piece_elements<float>(size) * static_cast<std::size_t>(size); }
 
   // Waits, under the job's timeout, until `done` has happened on the GPU; NCCL's own
   // errors end the wait too.
@@ -110,17 +115,15 @@ struct DeviceCommunicator::State {
     wait(done.get(), collective);
   }
 
-  // The collectives queued on `stream`, their scratch memory allocated into `keep` (kept
-  // as long as the caller needs it: to the end of the call on wedge's stream, to finish()
-  // on the own stream).
-  void queue_all_reduce(float* values, std::size_t n, cudaStream_t stream, std::vector<std::unique_ptr<Scratch>>& keep) const;
+  // The collectives queued on `stream`, using `scratch` (scratch_elements() floats) for
+  // what arrives before it is added.
+  void queue_all_reduce(float* values, std::size_t n, cudaStream_t stream, float* scratch) const;
   void queue_reduce_scatter(float* values, std::size_t n, std::span<const std::size_t> bounds, cudaStream_t stream,
-                            std::vector<std::unique_ptr<Scratch>>& keep) const;
+                            float* scratch) const;
   void queue_all_gather(float* values, std::span<const std::size_t> bounds, cudaStream_t stream) const;
 };
 
 struct DeviceCommunicator::PendingSum::State {
-  std::vector<std::unique_ptr<Scratch>> scratch;
   Event done;  // recorded on the own stream after the exchange
 };
 
@@ -142,7 +145,11 @@ DeviceCommunicator::DeviceCommunicator() : state_(std::make_unique<State>()) {
   if (hosts.is_root()) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
   hosts.broadcast(&id, sizeof id);
   check(ncclCommInitRank(&state_->comm, state_->size, id, state_->rank), "ncclCommInitRank");
-  cuda::check(cudaStreamCreateWithFlags(&state_->own, cudaStreamNonBlocking), "creating the collectives' stream");
+  // The highest priority the GPU offers: a bucket's exchange should not wait behind the
+  // backward pass's kernels, which it overlaps.
+  int lowest = 0, highest = 0;
+  cuda::check(cudaDeviceGetStreamPriorityRange(&lowest, &highest), "cudaDeviceGetStreamPriorityRange");
+  cuda::check(cudaStreamCreateWithPriority(&state_->own, cudaStreamNonBlocking, highest), "creating the collectives' stream");
 }
 
 // The communicator lives as long as the process (as the CUDA stream does): at static
@@ -167,37 +174,34 @@ std::string DeviceCommunicator::library() const {
 // As the host all-reduce: with more than two ranks a reduce-scatter over even shards and
 // an all-gather; with two (or one), buckets of every rank's values gathered, N slices one
 // after another, then added in the tree order into place.
-void DeviceCommunicator::State::queue_all_reduce(float* values, std::size_t n, cudaStream_t stream,
-                                                 std::vector<std::unique_ptr<Scratch>>& keep) const {
+void DeviceCommunicator::State::queue_all_reduce(float* values, std::size_t n, cudaStream_t stream, float* scratch) const {
   const auto ranks = static_cast<std::size_t>(size);
   if (ranks > 2) {
     const std::vector<std::size_t> bounds = even_bounds(n, size);
-    queue_reduce_scatter(values, n, bounds, stream, keep);
+    queue_reduce_scatter(values, n, bounds, stream, scratch);
     queue_all_gather(values, bounds, stream);
     return;
   }
   const std::size_t bucket = piece_elements<float>(size);
-  const Scratch& gathered = *keep.emplace_back(std::make_unique<Scratch>(std::min(n, bucket) * ranks));
   for (std::size_t begin = 0; begin < n; begin += bucket) {
     const std::size_t count = std::min(bucket, n - begin);
-    check(ncclAllGather(values + begin, gathered.get(), count, ncclFloat, comm, stream), "ncclAllGather");
-    tree_sum(gathered.get(), count, ranks, values + begin, stream);
+    check(ncclAllGather(values + begin, scratch, count, ncclFloat, comm, stream), "ncclAllGather");
+    tree_sum(scratch, count, ranks, values + begin, stream);
   }
 }
 
 // In rounds as the host's: each rank sends every rank that rank's piece of its values and
 // receives every rank's copy of its own piece, then adds them in the tree order.
 void DeviceCommunicator::State::queue_reduce_scatter(float* values, std::size_t n, std::span<const std::size_t> bounds,
-                                                     cudaStream_t stream, std::vector<std::unique_ptr<Scratch>>& keep) const {
+                                                     cudaStream_t stream, float* received) const {
   check_shard_bounds(bounds, n, size, "reduce_scatter_sum");
   const auto me = static_cast<std::size_t>(rank);
   const ShardRounds shards(bounds, piece_elements<float>(size));
-  const Scratch& received = *keep.emplace_back(std::make_unique<Scratch>(shards.buffer_elements()));
   for (std::size_t k = 0; k < shards.rounds(); ++k) {
     const ShardRounds::Round r = shards.round(k);
     const auto mine = static_cast<std::size_t>(r.counts[me]);
     if (mine > 0)
-      cuda::check(cudaMemcpyAsync(received.get() + me * mine, values + r.first[me], mine * sizeof(float),
+      cuda::check(cudaMemcpyAsync(received + me * mine, values + r.first[me], mine * sizeof(float),
                                   cudaMemcpyDeviceToDevice, stream),
                   "copying this rank's own piece");
     check(ncclGroupStart(), "ncclGroupStart");
@@ -206,10 +210,10 @@ void DeviceCommunicator::State::queue_reduce_scatter(float* values, std::size_t 
       const auto theirs = static_cast<std::size_t>(r.counts[q]);
       const int peer = static_cast<int>(q);
       if (theirs > 0) check(ncclSend(values + r.first[q], theirs, ncclFloat, peer, comm, stream), "ncclSend");
-      if (mine > 0) check(ncclRecv(received.get() + q * mine, mine, ncclFloat, peer, comm, stream), "ncclRecv");
+      if (mine > 0) check(ncclRecv(received + q * mine, mine, ncclFloat, peer, comm, stream), "ncclRecv");
     }
     check(ncclGroupEnd(), "ncclGroupEnd");
-    tree_sum(received.get(), mine, shards.ranks(), values + r.first[me], stream);
+    tree_sum(received, mine, shards.ranks(), values + r.first[me], stream);
   }
 }
 
@@ -229,14 +233,14 @@ void DeviceCommunicator::State::queue_all_gather(float* values, std::span<const 
 }
 
 void DeviceCommunicator::all_reduce_sum(float* values, std::size_t n) const {
-  std::vector<std::unique_ptr<Scratch>> scratch;
-  state_->queue_all_reduce(values, n, cuda::stream(), scratch);
+  const Scratch scratch(state_->scratch_elements());
+  state_->queue_all_reduce(values, n, cuda::stream(), scratch.get());
   state_->wait("all_reduce_sum");
 }
 
 void DeviceCommunicator::reduce_scatter_sum(float* values, std::size_t n, std::span<const std::size_t> bounds) const {
-  std::vector<std::unique_ptr<Scratch>> scratch;
-  state_->queue_reduce_scatter(values, n, bounds, cuda::stream(), scratch);
+  const Scratch scratch(state_->scratch_elements());
+  state_->queue_reduce_scatter(values, n, bounds, cuda::stream(), scratch.get());
   state_->wait("reduce_scatter_sum");
 }
 
@@ -247,27 +251,29 @@ void DeviceCommunicator::all_gather(float* values, std::size_t n, std::span<cons
 }
 
 // A started sum: the own stream waits for everything queued on wedge's stream so far,
-// `queue` puts the exchange on it (its scratch allocated now: a block the allocator hands
-// out had its last use queued on wedge's stream before the event), and an event marks its end.
-DeviceCommunicator::PendingSum DeviceCommunicator::start(const std::function<void(PendingSum::State&)>& queue) const {
+// `queue` puts the exchange on it, and an event marks its end. The own scratch is made by
+// the first start (a block the allocator hands out then had its last use queued on wedge's
+// stream before the event) and never given back.
+DeviceCommunicator::PendingSum DeviceCommunicator::start(const std::function<void(float*)>& queue) const {
   PendingSum p;
   p.state_ = std::make_unique<PendingSum::State>();
+  if (!state_->own_scratch) state_->own_scratch = std::make_unique<Scratch>(state_->scratch_elements());
   const Event ready;
   cuda::check(cudaEventRecord(ready.get(), cuda::stream()), "recording an event");
   cuda::check(cudaStreamWaitEvent(state_->own, ready.get(), 0), "ordering the collectives' stream");
-  queue(*p.state_);
+  queue(state_->own_scratch->get());
   cuda::check(cudaEventRecord(p.state_->done.get(), state_->own), "recording an event");
   return p;
 }
 
 DeviceCommunicator::PendingSum DeviceCommunicator::start_all_reduce_sum(float* values, std::size_t n) const {
-  return start([&](PendingSum::State& st) { state_->queue_all_reduce(values, n, state_->own, st.scratch); });
+  return start([&](float* scratch) { state_->queue_all_reduce(values, n, state_->own, scratch); });
 }
 
 DeviceCommunicator::PendingSum DeviceCommunicator::start_reduce_scatter_sum(float* values, std::size_t n,
                                                                             std::span<const std::size_t> bounds) const {
   check_shard_bounds(bounds, n, state_->size, "reduce_scatter_sum");
-  return start([&](PendingSum::State& st) { state_->queue_reduce_scatter(values, n, bounds, state_->own, st.scratch); });
+  return start([&](float* scratch) { state_->queue_reduce_scatter(values, n, bounds, state_->own, scratch); });
 }
 
 void DeviceCommunicator::finish(PendingSum& pending) const {
@@ -309,7 +315,7 @@ DeviceCommunicator::PendingSum DeviceCommunicator::start_reduce_scatter_sum(floa
   return {};
 }
 void DeviceCommunicator::finish(PendingSum&) const {}
-DeviceCommunicator::PendingSum DeviceCommunicator::start(const std::function<void(PendingSum::State&)>&) const { return {}; }
+DeviceCommunicator::PendingSum DeviceCommunicator::start(const std::function<void(float*)>&) const { return {}; }
 
 #endif
 

@@ -55,7 +55,9 @@ class DeviceCommunicator {
   // included), and returns at once; `values` must stay allocated and untouched until
   // finish(), which waits for the exchange (under the timeout) and orders wedge's stream
   // after it. The bits are those of the calls above. Every rank starts the same sums in the
-  // same order and finishes them in that order.
+  // same order and finishes them in that order. The started sums share one scratch buffer
+  // of kBucketBytes (they run one after another), made by the first. A PendingSum dropped
+  // unfinished (an exception on the way) leaves its exchange running: the process must end.
   class PendingSum {
    public:
     PendingSum();
@@ -78,8 +80,8 @@ class DeviceCommunicator {
 
  private:
   DeviceCommunicator();
-  // A started sum whose exchange `queue` puts on the own stream.
-  PendingSum start(const std::function<void(PendingSum::State&)>& queue) const;
+  // A started sum whose exchange `queue` puts on the own stream, with the own scratch.
+  PendingSum start(const std::function<void(float*)>& queue) const;
   struct State;
   std::unique_ptr<State> state_;
 };

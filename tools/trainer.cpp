@@ -408,6 +408,9 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   const bool whole_batch_counts = model->batch_counts_size() > 0 && plan.pieces > 1;
   const bool several_pieces_each = plan.last - plan.first > 1;
   const auto summed_over_ranks = [&](std::vector<double> counts) {
+    // Every rank sends the same number of counts, rows or none (MPI would not say).
+    if (counts.size() != model->batch_counts_size())
+      throw std::logic_error(fmt::format("{} batch counts where the model declares {}", counts.size(), model->batch_counts_size()));
     if (comm.distributed()) comm.all_reduce_sum(std::span<double>(counts));
     return counts;
   };
