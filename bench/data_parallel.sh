@@ -9,9 +9,9 @@
 #
 # DATA_DIR holds wiki.{train,valid,test}.raw; STEPS (default 12) training steps of batch
 # 32 x 128 per run (tokens/s covers every step, the first one's warm-up included, so keep
-# STEPS at 8 or more); BUILD the build folder (default build); REPS (default 2). Runs in a
-# scratch folder that it removes; needs mpirun (Open MPI). About 2 minutes per run of 8
-# steps on 2 AVX2 cores.
+# STEPS at 8 or more); BUILD the build folder (default build); REPS (default 2). The models
+# are those in MODELS (default "transformer grassmann sheaf"). Runs in a scratch folder that
+# it removes; needs mpirun (Open MPI). About 2 minutes per run of 8 steps on 2 AVX2 cores.
 set -euo pipefail
 
 usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -23,6 +23,10 @@ data_dir=$1
 steps=${2:-12}
 build=${3:-build}
 reps=${4:-2}
+read -r -a models <<< "${MODELS:-transformer grassmann sheaf}"
+for model in "${models[@]}"; do
+  [[ "$model" =~ ^(transformer|grassmann|sheaf)$ ]] || { echo "error: MODELS names '$model'; use transformer, grassmann, sheaf" >&2; exit 1; }
+done
 wedge=$build/wedge
 [[ -x "$wedge" ]] || { echo "error: $wedge is not built (run tools/setup.sh)" >&2; exit 1; }
 [[ -f "$data_dir/wiki.train.raw" || -f "$data_dir/wiki.train.tokens" ]] ||
@@ -53,7 +57,7 @@ run() {
 }
 
 printf '%-12s %-28s %10s %8s %8s %12s\n' model configuration "tok/s" ratio comm "MB/step"
-for model in transformer grassmann; do
+for model in "${models[@]}"; do
   declare -A best=()
   for ((rep = 1; rep <= reps; ++rep)); do
     for config in one two zero; do
