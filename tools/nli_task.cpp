@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
+#include <string_view>
 
 #include <fmt/core.h>
 
@@ -65,6 +66,17 @@ std::string report_line(const ClassificationReport& r) {
 }
 
 nlohmann::json report_json(const ClassificationReport& r) { return r.to_json(); }
+
+// A vector's bytes at the end of `out`; read_bytes appends the values those bytes hold.
+template <typename T> void append_bytes(std::string& out, const std::vector<T>& values) {
+  if (!values.empty()) out.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
+}
+template <typename T> void read_bytes(std::string_view bytes, std::vector<T>& out) {
+  const std::size_t n = bytes.size() / sizeof(T);
+  if (n == 0) return;
+  out.resize(out.size() + n);
+  std::memcpy(out.data() + out.size() - n, bytes.data(), n * sizeof(T));
+}
 
 // Rows [first, first + count) of a batch's inputs (on the host), on `device`.
 NliInputs rows_of(const NliInputs& whole, std::int64_t first, std::int64_t count, Device device) {
@@ -218,19 +230,18 @@ NliEvaluation evaluate_nli(models::NliModel& model, const data::SnliDataset& dat
   model.train(was_training);
   NliEvaluation ev;
   if (split) {
-    // Every rank's batch losses, then its predictions, in rank (= batch) order.
-    std::string mine(reinterpret_cast<const char*>(batch_losses.data()), batch_losses.size() * sizeof(double));
-    mine.append(reinterpret_cast<const char*>(predicted.data()), predicted.size() * sizeof(std::int32_t));
+    // Every rank's batch losses, then its predictions, in rank (= batch) order. A rank may
+    // have no batches (more ranks than batches): empty vectors, no bytes.
+    std::string mine;
+    append_bytes(mine, batch_losses);
+    append_bytes(mine, predicted);
     batch_losses.clear();
     std::size_t rank = 0;
     for (const std::string& part : comm->all_gather(mine)) {
       const std::size_t their_batches = (rank + 1) * batches / ranks - rank * batches / ranks;
       const std::size_t loss_bytes = their_batches * sizeof(double);
-      batch_losses.resize(batch_losses.size() + their_batches);
-      std::memcpy(batch_losses.data() + batch_losses.size() - their_batches, part.data(), loss_bytes);
-      const std::size_t n = (part.size() - loss_bytes) / sizeof(std::int32_t);
-      ev.predicted.resize(ev.predicted.size() + n);
-      std::memcpy(ev.predicted.data() + ev.predicted.size() - n, part.data() + loss_bytes, n * sizeof(std::int32_t));
+      read_bytes(std::string_view(part).substr(0, loss_bytes), batch_losses);
+      read_bytes(std::string_view(part).substr(loss_bytes), ev.predicted);
       ++rank;
     }
   } else {
