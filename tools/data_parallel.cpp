@@ -1,11 +1,11 @@
 #include "tools/data_parallel.h"
 
+#include <array>
 #include <bit>
 #include <chrono>
 #include <cmath>
-#include <cstring>
-#include <array>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <thread>
 
@@ -442,6 +442,12 @@ void choose_gpu_of_rank(const dist::Communicator& comm, Device device) {
 #endif
 }
 
+void broadcast_generator(const dist::Communicator& comm, Generator& gen) {
+  std::array<std::uint64_t, 2> state{gen.seed(), gen.offset()};
+  comm.broadcast(state.data(), sizeof state);
+  gen.set_state(state[0], state[1]);
+}
+
 void broadcast_tensor(const dist::Communicator& comm, Tensor& t) {
   Tensor host = t.to(Device::cpu()).contiguous();
   comm.broadcast(host.raw_data(), static_cast<std::size_t>(host.numel()) * dtype_size(host.dtype()));
@@ -485,11 +491,7 @@ void PieceDropout::piece(std::int64_t first_row, std::int64_t rows, std::int64_t
 void PieceDropout::end_step(const dist::Communicator& comm, bool short_batch) {
   if (gen_ == nullptr) return;
   gen_->set_batch_slice(0, 1, 1);
-  if (comm.distributed() && short_batch) {
-    std::array<std::uint64_t, 2> state{gen_->seed(), gen_->offset()};
-    comm.broadcast(state.data(), sizeof state);
-    gen_->set_state(state[0], state[1]);
-  }
+  if (comm.distributed() && short_batch) broadcast_generator(comm, *gen_);
 }
 
 }  // namespace wedge::tools

@@ -175,6 +175,9 @@ void share_cores_among_ranks(const dist::Communicator& comm, int threads);
 // machine takes its k-th GPU (modulo their number), as if each had been shown its own.
 void choose_gpu_of_rank(const dist::Communicator& comm, Device device);
 
+// A random stream's state (seed and offset) from rank 0 on every rank.
+void broadcast_generator(const dist::Communicator& comm, Generator& gen);
+
 // A tensor's values from rank 0 on every rank (in place).
 void broadcast_tensor(const dist::Communicator& comm, Tensor& t);
 

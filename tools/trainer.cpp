@@ -12,7 +12,6 @@
 #include <optional>
 #include <span>
 #include <stdexcept>
-#include <thread>
 
 #include <fmt/core.h>
 
@@ -442,11 +441,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     comm.broadcast(&step, sizeof step);
     comm.broadcast(&best_ppl, sizeof best_ppl);
     comm.broadcast(&elapsed_before, sizeof elapsed_before);
-    if (dropout_gen != nullptr) {
-      std::array<std::uint64_t, 2> state{dropout_gen->seed(), dropout_gen->offset()};
-      comm.broadcast(state.data(), sizeof state);
-      dropout_gen->set_state(state[0], state[1]);
-    }
+    if (dropout_gen != nullptr) broadcast_generator(comm, *dropout_gen);
     say(ranks_line(comm, st.batch, device, sync, st.zero == 1));
   }
   if (st.resume) sync.scatter_moments(resumed_moments, step);
