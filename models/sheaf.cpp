@@ -317,6 +317,22 @@ void SheafStateLM::use_batch_counts(std::vector<double> totals) {
   batch_totals_ = std::move(totals);
 }
 
+namespace {
+
+// f_k of layer l: each expert's share of the patches that layer routed, out of `counts`
+// (layers x K end to end); zeros for a layer that routed none.
+std::vector<double> layer_shares(const std::vector<double>& counts, std::size_t l, std::size_t K) {
+  const double* c = counts.data() + l * K;
+  double patches = 0;
+  for (std::size_t k = 0; k < K; ++k) patches += c[k];
+  std::vector<double> shares(K, 0.0);
+  if (patches > 0)
+    for (std::size_t k = 0; k < K; ++k) shares[k] = c[k] / patches;
+  return shares;
+}
+
+}  // namespace
+
 // Switch-style balance: K Σ_k f_k P_k per layer, f_k the share of the patches routed to k
 // (a constant), P_k the mean router probability of k. The shares come from the counts of
 // the whole batch where a piece was given them, so every piece weighs its P_k alike.
@@ -324,11 +340,8 @@ Tensor SheafStateLM::balance(const std::vector<double>& counts) const {
   Tensor total;
   const auto K = static_cast<std::int64_t>(config_.types);
   for (std::size_t l = 0; l < last_.mean_probs.size(); ++l) {
-    const auto* c = counts.data() + l * static_cast<std::size_t>(K);
-    double patches = 0;
-    for (std::int64_t k = 0; k < K; ++k) patches += c[k];
     std::vector<float> shares;
-    for (std::int64_t k = 0; k < K; ++k) shares.push_back(static_cast<float>(patches > 0 ? c[k] / patches : 0.0));
+    for (const double f : layer_shares(counts, l, static_cast<std::size_t>(K))) shares.push_back(static_cast<float>(f));
     const Tensor& p = last_.mean_probs[l];
     const Tensor layer = ops::sum(p * Tensor::from_vector(shares, {K}).to(p.device()).to(p.dtype())) * double(K);
     total = total.defined() ? total + layer : layer;
@@ -359,9 +372,8 @@ nlohmann::json SheafStateLM::diagnostics() const {
   const auto K = static_cast<std::size_t>(config_.types);
   std::vector<double> loads(K, 0.0);
   for (std::size_t l = 0; l * K < last_.counts.size(); ++l) {
-    double patches = 0;
-    for (std::size_t k = 0; k < K; ++k) patches += last_.counts[l * K + k];
-    for (std::size_t k = 0; k < K; ++k) loads[k] += patches > 0 ? last_.counts[l * K + k] / patches / layers : 0.0;
+    const std::vector<double> shares = layer_shares(last_.counts, l, K);
+    for (std::size_t k = 0; k < K; ++k) loads[k] += shares[k] / layers;
   }
   j["expert_load"] = loads;
   // Mean a_pq per cover distance 2^j, over the layers, rows and patches that have slot j.
