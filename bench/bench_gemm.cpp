@@ -1,7 +1,9 @@
 // wedge's packed GEMM against OpenBLAS on the shapes the paper models run, side by side
 // in one run, as GFLOP/s and % of this machine's measured fp32 FMA peak; and wedge's bf16
 // GEMM (Precision::BF16: operands rounded to bf16, fp32 accumulation) on the same shapes,
-// as % of the measured vdpbf16ps peak, where the CPU has AVX-512-BF16.
+// as % of the measured vdpbf16ps peak, where the CPU has AVX-512-BF16. One more row shows
+// what packing all of B once per call saves: wedge's fp32 GEMM with B packed block by
+// block instead (GemmBlocking::pack_b_once off), as every call did before.
 //
 // Run it with OpenBLAS forced onto its AVX-512 kernels:
 //
@@ -34,6 +36,7 @@
 
 #include "engine/thread_pool.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/gemm.h"
 
 using namespace wedge;
 using namespace wedge::kernels;
@@ -46,9 +49,36 @@ double measure_peak_gflops() { return measured_fma_peak_gflops(0); }
 double g_peak_gflops = 0;
 double g_bf16_peak_gflops = 0;  // 0: no AVX-512-BF16
 
-enum class Library { Wedge, WedgeBf16, OpenBLAS };
+enum class Library { Wedge, WedgePerBlock, WedgeBf16, OpenBLAS };
 const char* library_name(Library l) {
-  return l == Library::Wedge ? "wedge" : l == Library::WedgeBf16 ? "wedge-bf16" : "openblas";
+  switch (l) {
+    case Library::Wedge: return "wedge";
+    case Library::WedgePerBlock: return "wedge-b-per-block";
+    case Library::WedgeBf16: return "wedge-bf16";
+    case Library::OpenBLAS: return "openblas";
+  }
+  return "?";
+}
+
+// wedge's fp32 GEMM as sgemm_wedge runs it, but packing B block by block (the call
+// before B was packed once per call).
+void sgemm_b_per_block(const GemmArgs<float>& g) {
+  const cpu::SgemmMicroKernel& mk = *cpu::best_sgemm_microkernel();
+  static const cpu::GemmBlocking blocking = [&] {
+    cpu::GemmBlocking b = cpu::default_blocking(mk);
+    b.pack_b_once = false;
+    return b;
+  }();
+  cpu::sgemm_packed(mk, blocking, g);
+}
+
+void call(Library library, const GemmArgs<float>& g) {
+  if (library == Library::OpenBLAS)
+    sgemm_openblas(g);
+  else if (library == Library::WedgePerBlock)
+    sgemm_b_per_block(g);
+  else
+    sgemm_wedge(g);
 }
 
 // ---- the shapes ---------------------------------------------------------------------------
@@ -124,20 +154,13 @@ std::map<std::string, std::map<std::string, double>> g_results;  // shape -> lib
 void run_gemm(benchmark::State& state, const Shape& shape, Library library) {
   Operands& ops = operands_for(shape);
   GemmArgs<float> g = args_for(shape, ops);
-  const bool openblas = library == Library::OpenBLAS;
   if (library == Library::WedgeBf16) g.precision = Precision::BF16;
   // OpenBLAS's threads keep spinning for a while after each call, and on a machine with
   // few cores they would steal time from whatever runs next: let them go idle first.
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  if (openblas)
-    sgemm_openblas(g);
-  else
-    sgemm_wedge(g);  // warm: buffers, threads, pages
+  call(library, g);  // warm: buffers, threads, pages
   for (auto _ : state) {
-    if (openblas)
-      sgemm_openblas(g);
-    else
-      sgemm_wedge(g);
+    call(library, g);
     benchmark::ClobberMemory();
   }
   const double flops = 2.0 * static_cast<double>(shape.m * shape.n * shape.k * shape.batch);
@@ -178,6 +201,7 @@ int main(int argc, char** argv) {
   g_peak_gflops = measure_peak_gflops();
   std::printf("measured fp32 FMA peak: %.1f GFLOP/s on %d threads\n", g_peak_gflops, num_threads());
   std::vector<Library> libraries = {Library::Wedge, Library::OpenBLAS};
+  if (cpu::best_sgemm_microkernel()) libraries.insert(libraries.begin() + 1, Library::WedgePerBlock);
   if (bf16_path() == Bf16Path::Avx512Bf16) {
     g_bf16_peak_gflops = measured_bf16_peak_gflops(0);
     std::printf("measured bf16 vdpbf16ps peak: %.1f GFLOP/s on %d threads; bf16 GEMM: %s\n\n", g_bf16_peak_gflops,
@@ -201,7 +225,8 @@ int main(int argc, char** argv) {
   PeakReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
 
-  std::printf("\n%-34s %11s %11s %8s %9s", "shape (M x N x K)", "wedge GF/s", "openblas", "ratio", "% peak");
+  std::printf("\n%-34s %11s %11s %8s %9s %12s", "shape (M x N x K)", "wedge GF/s", "openblas", "ratio", "% peak",
+              "B once gain");
   if (g_bf16_peak_gflops > 0) std::printf(" %11s %9s %9s %10s", "bf16 GF/s", "/ fp32", "/ openblas", "% bf16 pk");
   std::printf("\n");
   for (const auto& [shape, libs] : g_results) {
@@ -209,6 +234,8 @@ int main(int argc, char** argv) {
     if (w == libs.end() || o == libs.end()) continue;
     std::printf("%-34s %11.1f %11.1f %7.2fx %8.1f%%", shape.c_str(), w->second, o->second, w->second / o->second,
                 100.0 * w->second / g_peak_gflops);
+    const auto per_block = libs.find("wedge-b-per-block");
+    if (per_block != libs.end()) std::printf(" %11.3fx", w->second / per_block->second);
     if (h != libs.end())
       std::printf(" %11.1f %8.2fx %9.2fx %9.1f%%", h->second, h->second / w->second, h->second / o->second,
                   100.0 * h->second / g_bf16_peak_gflops);

@@ -21,6 +21,10 @@
 //                  partial products are added in thread order at the end;
 //   whole matrices a batch of small products is spread over the threads.
 //
+// Where this would pack all of B more than once in one call (split rows: every thread
+// packs it; one thread or split columns: once per block of mc rows), the threads first pack
+// all of it between them and read the panels in place (PackedB, GemmBlocking::pack_b_once).
+//
 // Except for split k, every element of C is produced by the same sequence of FMAs (same
 // kc slices, same micro-kernel) whatever the partition, so results are bit-identical
 // across runs and across thread counts. Split k is bit-identical across runs with the
@@ -29,6 +33,7 @@
 #include "kernels/cpu/scratch.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -141,25 +146,93 @@ void pack_a_panels(const SgemmMicroKernel& mk, const GemmBlocking& blk, const Ma
             block + first * mk.mr * panel_depth(mk, kc));
 }
 
+// All of op(B) packed once for the whole call, for shapes where the driver would otherwise
+// pack it several times (once per thread, or once per block of A rows). The layout is the
+// driver's own: slice by slice along k (blk.kc values each, the last one shorter), each
+// slice the ceil(n / nr) panels of its columns, so the panels of columns [jc, jc + nc) of
+// one slice lie one after the other -- exactly the B block compute_block would pack, read
+// in place. The same panels and the same kernel calls: the same bits either way.
+struct PackedB {
+  const float* panels = nullptr;  // null: pack B block by block as usual
+  i64 kc = 0;                     // depth in k of every slice but the last
+  i64 slice_floats = 0;           // floats of one full slice
+  // The panels of slice [p0, p0 + kc) from column jc (a multiple of nr) on.
+  const float* block(const SgemmMicroKernel& mk, i64 p0, i64 slice_kc, i64 jc) const {
+    return panels + (p0 / kc) * slice_floats + (jc / mk.nr) * mk.nr * panel_depth(mk, slice_kc);
+  }
+};
+
+// How many times the driver packs all of B when each thread packs it for its own rows
+// (split rows; team 1 is one thread with all of them): once per block of mc rows, or once
+// in all when every column fits one B block (the rows are then streamed).
+i64 b_packings_split_rows(const SgemmMicroKernel& mk, const GemmBlocking& blk, const MatrixProblem& pr,
+                          int team) {
+  const i64 panels = ceil_div(pr.m, mk.mr);
+  i64 packings = 0;
+  for (int t = 0; t < team; ++t) {
+    const i64 first = panels * t / team, last = panels * (t + 1) / team;
+    if (first == last) continue;
+    const i64 rows = std::min(pr.m, last * mk.mr) - first * mk.mr;
+    packings += pr.n <= blk.nc ? 1 : ceil_div(rows, blk.mc);
+  }
+  return packings;
+}
+
+// Floats of all of op(B) in the PackedB layout.
+i64 whole_b_floats(const SgemmMicroKernel& mk, const GemmBlocking& blk, const MatrixProblem& pr) {
+  const i64 full = pr.k / blk.kc, rest = pr.k - full * blk.kc;
+  const i64 columns = ceil_div(pr.n, mk.nr) * mk.nr;
+  return columns * (full * panel_depth(mk, blk.kc) + (rest > 0 ? panel_depth(mk, rest) : 0));
+}
+
+std::atomic<i64> g_whole_b_packings{0};
+
+// Thread `tid` of `team` packs its share of all of op(B) into `out` (the PackedB layout):
+// the work is cut into (slice, block of nc columns) pieces, dealt out in turn.
+void pack_whole_b(const SgemmMicroKernel& mk, const GemmBlocking& blk, const MatrixProblem& pr, float* out,
+                  int tid, int team) {
+  if (tid == 0) g_whole_b_packings.fetch_add(1, std::memory_order_relaxed);
+  const i64 col_blocks = ceil_div(pr.n, blk.nc);
+  const i64 slice_floats = ceil_div(pr.n, mk.nr) * mk.nr * panel_depth(mk, blk.kc);
+  i64 piece = 0;
+  for (i64 p0 = 0; p0 < pr.k; p0 += blk.kc) {
+    const i64 kc = std::min(blk.kc, pr.k - p0);
+    for (i64 cb = 0; cb < col_blocks; ++cb, ++piece) {
+      if (piece % team != tid) continue;
+      const i64 jc = cb * blk.nc, nc = std::min(blk.nc, pr.n - jc);
+      mk.pack_b(pr.b + p0 * pr.b_row_stride + jc * pr.b_col_stride, pr.b_row_stride, pr.b_col_stride, kc, 0, nc,
+                out + (p0 / blk.kc) * slice_floats + (jc / mk.nr) * mk.nr * panel_depth(mk, kc));
+    }
+  }
+}
+
+// The panels of op(B) rows [p0, p0 + kc) x columns [jc, jc + nc): read in place from all
+// of B packed up front, or else packed now into this thread's B block.
+const float* block_of_b(const SgemmMicroKernel& mk, const MatrixProblem& pr, const PackedB& whole, i64 p0,
+                        i64 kc, i64 jc, i64 nc, i64 next_kc) {
+  if (whole.panels) return whole.block(mk, p0, kc, jc);
+  float* own = t_b_block.get(static_cast<std::size_t>(ceil_div(nc, mk.nr) * mk.nr * panel_depth(mk, kc)));
+  mk.pack_b(pr.b + p0 * pr.b_row_stride + jc * pr.b_col_stride, pr.b_row_stride, pr.b_col_stride, kc, next_kc,
+            nc, own);
+  return own;
+}
+
 // The inner three loops: every tile of a packed A block [a_first, a_last) panels times
-// columns [col0, col1) of C, packing B block by block.
+// columns [col0, col1) of C, B block by block.
 void compute_block(const SgemmMicroKernel& mk, const GemmBlocking& blk, const MatrixProblem& pr,
                    const float* a_block, i64 row0, i64 rows, i64 a_first, i64 a_last, i64 p0,
-                   i64 kc, i64 col0, i64 col1, float beta) {
+                   i64 kc, i64 col0, i64 col1, float beta, const PackedB& whole) {
   // course 13 begin: the blocked GEMM's inner loops: pack a block of B, then every mr x nr tile of C from the packed panels
   const i64 depth = panel_depth(mk, kc);
-  const i64 b_floats = ceil_div(std::min(blk.nc, col1 - col0), mk.nr) * mk.nr * depth;
   // Prefetch the next k slice only when this B block is the last one before it (the same
   // columns come back right after; with several B blocks the data would be evicted first).
   const i64 next_kc =
       col1 - col0 <= blk.nc ? worth_prefetching(col1 - col0, std::min(blk.kc, pr.k - p0 - kc)) : 0;
-  float* b_block = t_b_block.get(static_cast<std::size_t>(b_floats));
   const bool last_slice = pr.has_epilogue() && p0 + kc == pr.k;
   for (i64 jc = col0; jc < col1; jc += blk.nc) {
     const i64 nc = std::min(blk.nc, col1 - jc);
     const i64 b_panels = ceil_div(nc, mk.nr);
-    mk.pack_b(pr.b + p0 * pr.b_row_stride + jc * pr.b_col_stride, pr.b_row_stride, pr.b_col_stride,
-              kc, next_kc, nc, b_block);
+    const float* b_block = block_of_b(mk, pr, whole, p0, kc, jc, nc, next_kc);
     for (i64 ap = a_first; ap < a_last; ++ap) {
       const i64 i = ap * mk.mr;
       const int m_valid = static_cast<int>(std::min<i64>(mk.mr, rows - i));
@@ -202,7 +275,7 @@ void prefetch_a_panel(const SgemmMicroKernel& mk, const MatrixProblem& pr, i64 r
 // before each tile. Packed A then never travels to L2 and back, and reading A from memory
 // overlaps the arithmetic.
 void matrix_rows_streaming(const SgemmMicroKernel& mk, const GemmBlocking& blk,
-                           const MatrixProblem& pr, i64 row0, i64 rows) {
+                           const MatrixProblem& pr, i64 row0, i64 rows, const PackedB& whole) {
   const i64 a_panels = ceil_div(rows, mk.mr);
   const i64 b_panels = ceil_div(pr.n, mk.nr);
   for (i64 p0 = 0; p0 < pr.k; p0 += blk.kc) {
@@ -210,8 +283,7 @@ void matrix_rows_streaming(const SgemmMicroKernel& mk, const GemmBlocking& blk,
     const float beta = p0 == 0 ? pr.beta : 1.0f;
     const bool last_slice = pr.has_epilogue() && p0 + kc == pr.k;
     const i64 depth = panel_depth(mk, kc);
-    float* b_block = t_b_block.get(static_cast<std::size_t>(b_panels * mk.nr * depth));
-    mk.pack_b(pr.b + p0 * pr.b_row_stride, pr.b_row_stride, pr.b_col_stride, kc, 0, pr.n, b_block);
+    const float* b_block = block_of_b(mk, pr, whole, p0, kc, 0, pr.n, 0);
     float* a_panel = t_a_block[0].get(static_cast<std::size_t>(mk.mr * depth));
     for (i64 ap = 0; ap < a_panels; ++ap) {
       const i64 i = ap * mk.mr;
@@ -233,14 +305,14 @@ void matrix_rows_streaming(const SgemmMicroKernel& mk, const GemmBlocking& blk,
 
 // Threads own disjoint row ranges (whole A panels); each packs its own A and all of B.
 void matrix_split_rows(const SgemmMicroKernel& mk, const GemmBlocking& blk, const MatrixProblem& pr,
-                       int tid, int team) {
+                       int tid, int team, const PackedB& whole) {
   const i64 panels = ceil_div(pr.m, mk.mr);
   const i64 first = panels * tid / team, last = panels * (tid + 1) / team;
   if (first == last) return;
   const i64 my_row0 = first * mk.mr;
   const i64 my_rows = std::min(pr.m, last * mk.mr) - my_row0;
   if (pr.n <= blk.nc) {
-    matrix_rows_streaming(mk, blk, pr, my_row0, my_rows);
+    matrix_rows_streaming(mk, blk, pr, my_row0, my_rows, whole);
     return;
   }
   for (i64 ic = 0; ic < my_rows; ic += blk.mc) {
@@ -251,14 +323,14 @@ void matrix_split_rows(const SgemmMicroKernel& mk, const GemmBlocking& blk, cons
       float* a_block = t_a_block[0].get(static_cast<std::size_t>(a_panels * mk.mr * panel_depth(mk, kc)));
       pack_a_panels(mk, blk, pr, my_row0 + ic, mc, p0, kc, 0, a_panels, a_block);
       compute_block(mk, blk, pr, a_block, my_row0 + ic, mc, 0, a_panels, p0, kc, 0, pr.n,
-                    p0 == 0 ? pr.beta : 1.0f);
+                    p0 == 0 ? pr.beta : 1.0f, whole);
     }
   }
 }
 
 // Threads own disjoint column ranges (whole B panels) and share each packed A block.
 void matrix_split_cols(const SgemmMicroKernel& mk, const GemmBlocking& blk, const MatrixProblem& pr,
-                       float* const shared_a[2], Barrier& barrier, int tid, int team) {
+                       float* const shared_a[2], Barrier& barrier, int tid, int team, const PackedB& whole) {
   const i64 b_panels = ceil_div(pr.n, mk.nr);
   const i64 col0 = std::min(pr.n, b_panels * tid / team * mk.nr);
   const i64 col1 = std::min(pr.n, b_panels * (tid + 1) / team * mk.nr);
@@ -278,18 +350,37 @@ void matrix_split_cols(const SgemmMicroKernel& mk, const GemmBlocking& blk, cons
       barrier.arrive_and_wait();
       if (col0 < col1) {
         compute_block(mk, blk, pr, a_block, ic, mc, 0, a_panels, p0, kc, col0, col1,
-                      p0 == 0 ? pr.beta : 1.0f);
+                      p0 == 0 ? pr.beta : 1.0f, whole);
       }
     }
   }
 }
 
 void matrix_single_thread(const SgemmMicroKernel& mk, const GemmBlocking& blk,
-                          const MatrixProblem& pr) {
-  matrix_split_rows(mk, blk, pr, 0, 1);
+                          const MatrixProblem& pr, const PackedB& whole = {}) {
+  matrix_split_rows(mk, blk, pr, 0, 1, whole);
 }
 
 thread_local ScratchBuffer t_c_partial;  // a thread's share of a split-k product
+thread_local ScratchBuffer t_whole_b;    // all of op(B), packed once for a call (PackedB)
+
+PackedB whole_b_view(const SgemmMicroKernel& mk, const GemmBlocking& blk, const MatrixProblem& pr,
+                     const float* panels) {
+  return {panels, blk.kc, ceil_div(pr.n, mk.nr) * mk.nr * panel_depth(mk, blk.kc)};
+}
+
+// All of op(B) packed on this thread, into its own buffer.
+PackedB pack_whole_b_here(const SgemmMicroKernel& mk, const GemmBlocking& blk, const MatrixProblem& pr) {
+  float* out = t_whole_b.get(static_cast<std::size_t>(whole_b_floats(mk, blk, pr)));
+  pack_whole_b(mk, blk, pr, out, 0, 1);
+  return whole_b_view(mk, blk, pr, out);
+}
+
+// Packing B once up front pays when the driver would pack all of it at least twice; the
+// PackedB layout needs B blocks of whole panels.
+bool worth_packing_whole_b(const SgemmMicroKernel& mk, const GemmBlocking& blk, i64 packings) {
+  return blk.pack_b_once && packings >= 2 && blk.nc % mk.nr == 0;
+}
 
 // Threads own disjoint ranges of k slices: for small C and long k (a weight gradient over
 // all tokens) this packs nothing twice, shares nothing between cores and needs one
@@ -346,6 +437,8 @@ void tile_epilogue_scalar(float* c, i64 ldc, int m_valid, int n_valid, const flo
   }
 }
 
+i64 whole_b_packings() { return g_whole_b_packings.load(std::memory_order_relaxed); }
+
 GemmBlocking default_blocking(const SgemmMicroKernel& mk) {
   GemmBlocking blk;
   // 384 slots of depth: 384 values of k in fp32 panels, 768 in bf16 pairs (the same bytes).
@@ -378,9 +471,23 @@ void sgemm_packed(const SgemmMicroKernel& mk, const GemmBlocking& blk, const Gem
                             (work < (i64{1} << 24) || args.batch >= 4 * team);
   if (team == 1 || spread_batch) {
     const int used = static_cast<int>(std::min<i64>(team, args.batch));
+    // One B for every matrix of the batch (stride 0) is packed once for all of them.
+    const MatrixProblem first_matrix = matrix_of_batch(args, 0);
+    const bool shared_b = args.stride_b == 0 &&
+                          worth_packing_whole_b(mk, blk, args.batch * b_packings_split_rows(mk, blk, first_matrix, 1));
+    const PackedB shared = shared_b ? pack_whole_b_here(mk, blk, first_matrix) : PackedB{};
     parallel_team(used, [&](int tid, int size) {
       const i64 first = args.batch * tid / size, last = args.batch * (tid + 1) / size;
-      for (i64 b = first; b < last; ++b) matrix_single_thread(mk, blk, matrix_of_batch(args, b));
+      for (i64 b = first; b < last; ++b) {
+        const MatrixProblem pr = matrix_of_batch(args, b);
+        if (shared_b) {
+          matrix_single_thread(mk, blk, pr, shared);
+        } else if (worth_packing_whole_b(mk, blk, b_packings_split_rows(mk, blk, pr, 1))) {
+          matrix_single_thread(mk, blk, pr, pack_whole_b_here(mk, blk, pr));
+        } else {
+          matrix_single_thread(mk, blk, pr);
+        }
+      }
     });
     return;
   }
@@ -391,14 +498,19 @@ void sgemm_packed(const SgemmMicroKernel& mk, const GemmBlocking& blk, const Gem
   const bool split_k = args.k >= 4 * blk.kc * team && args.m * args.n <= 512 * 512 &&
                        args.m * args.n * team <= args.k * (args.m + args.n);
   // Splitting rows duplicates the packing of B (k x n) in every thread; that is cheap
-  // when each thread still has many rows to amortise it over.
+  // when each thread still has many rows to amortise it over (and where B would be packed
+  // more than once, the threads pack it once between them first).
   const bool split_rows = (args.m >= 400 * team && row_panels >= 4 * team) || col_panels < 2 * team;
   if (split_rows && row_panels < 2) team = 1;
 
   for (i64 b = 0; b < args.batch; ++b) {
     const MatrixProblem pr = matrix_of_batch(args, b);
     if (team == 1) {
-      matrix_single_thread(mk, blk, pr);
+      if (worth_packing_whole_b(mk, blk, b_packings_split_rows(mk, blk, pr, 1))) {
+        matrix_single_thread(mk, blk, pr, pack_whole_b_here(mk, blk, pr));
+      } else {
+        matrix_single_thread(mk, blk, pr);
+      }
     } else if (split_k) {
       std::vector<float*> partials(static_cast<std::size_t>(team), nullptr);
       Barrier barrier(team);
@@ -409,22 +521,40 @@ void sgemm_packed(const SgemmMicroKernel& mk, const GemmBlocking& blk, const Gem
         }
         matrix_split_k(mk, blk, pr, partials.data(), barrier, tid, size);
       });
-    } else if (split_rows) {
-      parallel_team(team, [&](int tid, int size) { matrix_split_rows(mk, blk, pr, tid, size); });
     } else {
-      const i64 a_floats =
-          ceil_div(std::min(blk.mc, pr.m), mk.mr) * mk.mr * panel_depth(mk, std::min(blk.kc, pr.k));
-      float* shared_a[2] = {t_a_block[0].get(static_cast<std::size_t>(a_floats)),
-                            t_a_block[1].get(static_cast<std::size_t>(a_floats))};
+      // The threads pack all of B between them first when the split would pack it twice or
+      // more (split rows: once per thread at least; split columns: once per block of rows).
+      const i64 packings = split_rows ? b_packings_split_rows(mk, blk, pr, team) : ceil_div(pr.m, blk.mc);
+      const bool whole = worth_packing_whole_b(mk, blk, packings);
+      float* whole_panels = whole ? t_whole_b.get(static_cast<std::size_t>(whole_b_floats(mk, blk, pr))) : nullptr;
+      const PackedB packed = whole ? whole_b_view(mk, blk, pr, whole_panels) : PackedB{};
+      float* shared_a[2] = {nullptr, nullptr};
+      if (!split_rows) {
+        const i64 a_floats =
+            ceil_div(std::min(blk.mc, pr.m), mk.mr) * mk.mr * panel_depth(mk, std::min(blk.kc, pr.k));
+        shared_a[0] = t_a_block[0].get(static_cast<std::size_t>(a_floats));
+        shared_a[1] = t_a_block[1].get(static_cast<std::size_t>(a_floats));
+      }
       Barrier barrier(team);
       parallel_team(team, [&](int tid, int size) {
         // The pool hands back a smaller team only when it is busy elsewhere (then size
         // is 1); the barrier needs exactly `team` threads, so thread 0 does it all.
         if (size != team) {
-          if (tid == 0) matrix_single_thread(mk, blk, pr);
+          if (tid == 0) {
+            if (whole) pack_whole_b(mk, blk, pr, whole_panels, 0, 1);
+            matrix_single_thread(mk, blk, pr, packed);
+          }
           return;
         }
-        matrix_split_cols(mk, blk, pr, shared_a, barrier, tid, size);
+        if (whole) {
+          pack_whole_b(mk, blk, pr, whole_panels, tid, size);
+          barrier.arrive_and_wait();  // every thread's share of B is packed
+        }
+        if (split_rows) {
+          matrix_split_rows(mk, blk, pr, tid, size, packed);
+        } else {
+          matrix_split_cols(mk, blk, pr, shared_a, barrier, tid, size, packed);
+        }
       });
     }
   }

@@ -74,12 +74,20 @@ void tile_epilogue_scalar(float* c, i64 ldc, int m_valid, int n_valid, const flo
 // stay in that core's L2).
 struct GemmBlocking {
   i64 mc = 3072, kc = 384, nc = 480;
+  // Where the blocking would pack all of op(B) more than once in one call (once per thread
+  // when threads split the rows, once per block of mc rows), pack it once up front, the
+  // threads sharing the work, and read the panels in place. The same panels feed the same
+  // kernel calls, so the bits do not change; off only to measure or test the difference.
+  bool pack_b_once = true;
 };
 
 // Defined in gemm_avx512.cpp / gemm_avx2.cpp (compiled with their ISA flags). Call only
 // when the CPU supports the instruction set.
 const SgemmMicroKernel& sgemm_avx512_microkernel();
 const SgemmMicroKernel& sgemm_avx2_microkernel();
+// The fp32 micro-kernel sgemm_wedge runs on this CPU (AVX-512, else AVX2), or nullptr
+// without AVX2 (gemm_backend.cpp).
+const SgemmMicroKernel* best_sgemm_microkernel();
 // The bf16 micro-kernel (Precision::BF16; fp32 operands rounded to bf16 while packing), in
 // gemm_avx512bf16.cpp: call only when the CPU has AVX-512-BF16.
 const SgemmMicroKernel& bf16_avx512_microkernel();
@@ -91,6 +99,10 @@ const SgemmMicroKernel& bf16_amx_emulated_microkernel();
 // True when the CPU has AMX-TILE, AMX-BF16 and AVX-512-BF16 and Linux granted this process
 // the tile state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once).
 bool amx_usable();
+
+// How many times a GEMM has packed all of op(B) up front (GemmBlocking::pack_b_once), in
+// this process: for tests and benchmarks to see that the path ran.
+i64 whole_b_packings();
 
 // Blocking tuned for a micro-kernel (measured; see README.md).
 GemmBlocking default_blocking(const SgemmMicroKernel& mk);

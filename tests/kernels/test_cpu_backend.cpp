@@ -210,6 +210,66 @@ TEST_CASE("cpu gemm: bit-identical results across runs and thread counts") {
   }
 }
 
+TEST_CASE("cpu gemm: B packed once up front gives the bits of B packed block by block") {
+  // Shapes and thread counts that take each path of the driver that packs all of op(B)
+  // once: one thread over several blocks of rows, threads splitting rows (each would pack
+  // B itself; with every column in one B block the rows are streamed), threads splitting
+  // columns over several blocks of rows, and a batch sharing one B.
+  struct Case { GemmShape shape; i64 batch; bool shared_b; int threads; };
+  const Case cases[] = {{{101, 150, 77}, 1, false, 1},  {{333, 47, 41}, 1, false, 2}, {{333, 150, 77}, 1, false, 2},
+                        {{101, 333, 41}, 1, false, 3},  {{101, 333, 41}, 1, false, 2}, {{37, 70, 50}, 5, true, 2},
+                        {{37, 70, 50}, 2, true, 1},     {{130, 61, 100}, 1, false, 2}};
+  for (const cpu::SgemmMicroKernel* mk : micro_kernels()) {
+    // Blocks small enough to cut these shapes into several blocks of rows, k slices and B blocks.
+    cpu::GemmBlocking once{mk->mr * 4, 24, mk->nr * 3};
+    cpu::GemmBlocking per_block = once;
+    per_block.pack_b_once = false;
+    for (const Case& c : cases)
+      for (Trans ta : {Trans::N, Trans::T})
+        for (Trans tb : {Trans::N, Trans::T})
+          for (bool epilogue : {false, true}) {
+            INFO(mk->name << " " << c.shape.m << "x" << c.shape.n << "x" << c.shape.k << " batch " << c.batch
+                          << (c.shared_b ? " (one B)" : "") << " threads " << c.threads << " trans "
+                          << int(ta) << int(tb) << (epilogue ? " with bias and GELU" : ""));
+            GemmLayout l = gemm_layout(ta, tb, c.shape, c.batch, 3);
+            if (c.shared_b) l.args.stride_b = 0;
+            const auto a = random_floats(std::size_t(l.a_size * c.batch), 21);
+            const auto b = random_floats(std::size_t(l.b_size * c.batch), 22);
+            const auto bias = random_floats(std::size_t(c.shape.n), 23);
+            const auto c0 = random_floats(std::size_t(l.c_size * c.batch), 24);
+            auto run = [&](const cpu::GemmBlocking& blk) {
+              std::vector<float> out = c0, aux(out.size(), 0.0f);
+              GemmArgs<float> g = l.args;
+              g.beta = epilogue ? 0.0f : 0.5f;
+              g.a = a.data(), g.b = b.data(), g.c = out.data();
+              if (epilogue) g.bias = bias.data(), g.act = Activation::Gelu, g.aux = aux.data();
+              cpu::sgemm_packed(*mk, blk, g, c.threads);
+              out.insert(out.end(), aux.begin(), aux.end());
+              return out;
+            };
+            const i64 before = cpu::whole_b_packings();
+            const auto packed_once = run(once);
+            CHECK(cpu::whole_b_packings() > before);  // the path under test ran
+            const i64 after = cpu::whole_b_packings();
+            CHECK(bitwise_equal(run(per_block), packed_once));
+            CHECK(cpu::whole_b_packings() == after);
+          }
+  }
+  // B packed once in a single block of rows per thread, or with every column in one B block
+  // on one thread, would gain nothing: the driver packs as before.
+  const cpu::SgemmMicroKernel& mk = *micro_kernels().front();
+  for (GemmShape shape : {GemmShape{20, 50, 30}, GemmShape{1000, 20, 30}}) {
+    const GemmLayout l = gemm_layout(Trans::N, Trans::N, shape, 1, 0);
+    std::vector<float> a(std::size_t(l.a_size), 1.0f), b(std::size_t(l.b_size), 1.0f), out(std::size_t(l.c_size));
+    GemmArgs<float> g = l.args;
+    g.a = a.data(), g.b = b.data(), g.c = out.data();
+    const i64 before = cpu::whole_b_packings();
+    cpu::sgemm_packed(mk, {mk.mr * 1000, 24, mk.nr * 4}, g, 1);
+    CHECK(cpu::whole_b_packings() == before);
+    CHECK(out[0] == float(shape.k));
+  }
+}
+
 TEST_CASE("cpu gemm: the table entry follows the backend switch; OpenBLAS agrees with the reference") {
   const GemmBackend saved = gemm_backend();
   set_gemm_backend(GemmBackend::OpenBLAS);
