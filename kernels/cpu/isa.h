@@ -28,12 +28,31 @@ using T = float;
 #define WEDGE_CPU_DECLARE_ref(name, params)
 #define WEDGE_CPU_DECLARE_own(name, params)
 #define WEDGE_CPU_DECLARE_avx512(name, params) void name params;
+#define WEDGE_CPU_DECLARE_avx512_avx2(name, params) void name params;
 #define WEDGE_KERNEL(name, cpu, params) WEDGE_CPU_DECLARE_##cpu(name, params)
 #include "engine/kernels.def"
 #undef WEDGE_KERNEL
+#undef WEDGE_CPU_DECLARE_avx512_avx2
 #undef WEDGE_CPU_DECLARE_avx512
 #undef WEDGE_CPU_DECLARE_own
 #undef WEDGE_CPU_DECLARE_ref
 }  // namespace avx512
+
+// ---- AVX2 kernels: the entries marked `avx512_avx2`, for CPUs with AVX2 but not AVX-512,
+// defined in kernels/cpu/<family>_avx2.cpp.
+namespace avx2 {
+using T = float;
+#define WEDGE_CPU_DECLARE_ref(name, params)
+#define WEDGE_CPU_DECLARE_own(name, params)
+#define WEDGE_CPU_DECLARE_avx512(name, params)
+#define WEDGE_CPU_DECLARE_avx512_avx2(name, params) void name params;
+#define WEDGE_KERNEL(name, cpu, params) WEDGE_CPU_DECLARE_##cpu(name, params)
+#include "engine/kernels.def"
+#undef WEDGE_KERNEL
+#undef WEDGE_CPU_DECLARE_avx512_avx2
+#undef WEDGE_CPU_DECLARE_avx512
+#undef WEDGE_CPU_DECLARE_own
+#undef WEDGE_CPU_DECLARE_ref
+}  // namespace avx2
 
 }  // namespace wedge::kernels::cpu

@@ -1714,7 +1714,9 @@ TEST_CASE("backend harness: the reference in double agrees with the reference in
 
 TEST_CASE("backend harness: CPU kernels match the reference kernels on awkward shapes") {
   if (!cpu::has_avx512()) {
-    MESSAGE("this CPU has no AVX-512: the CPU table is the reference except its GEMM (" << cpu_backend_name() << ")");
+    MESSAGE("this CPU has no AVX-512: the CPU table is the reference except its GEMM and, with AVX2, the entries "
+            "engine/kernels.def marks avx512_avx2 ("
+            << std::string(cpu_backend_name()) << ")");
   }
   HostMemory host;
   run_backend_harness(cpu_backend(host));

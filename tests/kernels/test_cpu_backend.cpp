@@ -53,7 +53,8 @@ TEST_CASE("cpu table: the entries engine/kernels.def marks avx512 are the AVX-51
   const KernelTable<float>& t = cpu_table_f32();
   const KernelTable<float>& r = ref_table_f32();
   const bool avx512 = avx512_available();  // without: the reference, checked the same way
-  int optimized = 0;
+  const bool avx2 = !avx512 && cpu::has_avx2();
+  int optimized = 0, with_avx2 = 0;
   // (bool: doctest cannot print function pointers)
 #define WEDGE_CPU_EXPECT_ref(name) CHECK_MESSAGE(bool(t.name == r.name), #name " is not the reference's");
 #define WEDGE_CPU_EXPECT_own(name) \
@@ -61,13 +62,20 @@ TEST_CASE("cpu table: the entries engine/kernels.def marks avx512 are the AVX-51
 #define WEDGE_CPU_EXPECT_avx512(name) \
   ++optimized;                        \
   CHECK_MESSAGE(bool(t.name == (avx512 ? &cpu::avx512::name : r.name)), #name " is not the kernel for this CPU");
+#define WEDGE_CPU_EXPECT_avx512_avx2(name)                                                    \
+  ++optimized;                                                                                \
+  ++with_avx2;                                                                                \
+  CHECK_MESSAGE(bool(t.name == (avx512 ? &cpu::avx512::name : avx2 ? &cpu::avx2::name : r.name)), \
+                #name " is not the kernel for this CPU");
 #define WEDGE_KERNEL(name, cpu, params) WEDGE_CPU_EXPECT_##cpu(name)
 #include "engine/kernels.def"
 #undef WEDGE_KERNEL
+#undef WEDGE_CPU_EXPECT_avx512_avx2
 #undef WEDGE_CPU_EXPECT_avx512
 #undef WEDGE_CPU_EXPECT_own
 #undef WEDGE_CPU_EXPECT_ref
   CHECK(optimized > 10);
+  CHECK(with_avx2 >= 2);  // attention, forward and backward
 }
 
 TEST_CASE("cpu axis sums equal the reference bit for bit (the same order of additions)") {
