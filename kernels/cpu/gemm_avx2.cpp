@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/simd_avx2.h"
 
 namespace wedge::kernels::cpu {
 namespace {
@@ -14,11 +15,7 @@ namespace {
 constexpr int kMr = 6;
 constexpr int kNr = 16;
 
-// Lane masks for AVX2 masked loads/stores: lanes [0, count) enabled.
-inline __m256i first_lanes(int count) {
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(count), lane);
-}
+using avx2::first_lanes8;
 
 void sgemm_kernel_6x16(i64 kc, const float* __restrict ap, const float* __restrict bp, float* c,
                        i64 ldc, int m_valid, int n_valid, float alpha, float beta) {
@@ -39,8 +36,8 @@ void sgemm_kernel_6x16(i64 kc, const float* __restrict ap, const float* __restri
     bp += kNr;
   }
   // course 14 end
-  const __m256i mask0 = first_lanes(n_valid);
-  const __m256i mask1 = first_lanes(n_valid - 8);
+  const __m256i mask0 = first_lanes8(n_valid);
+  const __m256i mask1 = first_lanes8(n_valid - 8);
   const __m256 valpha = _mm256_set1_ps(alpha);
   const __m256 vbeta = _mm256_set1_ps(beta);
 #pragma GCC unroll 6
@@ -58,26 +55,60 @@ void sgemm_kernel_6x16(i64 kc, const float* __restrict ap, const float* __restri
   }
 }
 
-// Packing is plain loops: on AVX2 machines it is a small share of the time. Each loop
-// walks the source along its contiguous direction.
+// r[j] = (x[0][j], ..., x[7][j]): an 8 x 8 transpose in registers.
+inline void transpose8x8(__m256 x[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(x[i], x[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(x[i], x[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    x[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    x[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
+// A panels: rows [0, rows) of op(A), 6 per panel, k-major (panel[p * 6 + r]). Rows
+// contiguous in k: 8 values of k of the panel's rows are loaded per row and transposed in
+// registers, then written as 8 consecutive 6-float slots (each full store spills 2 floats
+// into the next slot, which the next store overwrites; the last store is masked). Rows
+// across k (A transposed): per panel, per k, the 6 rows are 6 consecutive floats; a
+// panel's kc source rows (24 KB at kc = 384) stay in L1 for the next panel, which reads
+// the floats right after.
 void pack_a_6(const float* a, i64 row_stride, i64 col_stride, i64 rows, i64 kc, i64 /*next_kc*/,
               float* out) {
   const i64 panels = (rows + kMr - 1) / kMr;
   if (col_stride == 1) {
+    const __m256i six = first_lanes8(kMr);
     for (i64 q = 0; q < panels; ++q) {
       float* panel = out + q * kMr * kc;
-      for (int r = 0; r < kMr; ++r) {
-        const i64 row = q * kMr + r;
-        for (i64 p = 0; p < kc; ++p)
-          panel[p * kMr + r] = row < rows ? a[row * row_stride + p] : 0.0f;
+      const i64 lines = rows - q * kMr < kMr ? rows - q * kMr : kMr;
+      const float* src = a + q * kMr * row_stride;
+      i64 p = 0;
+      for (; p + 8 <= kc; p += 8) {
+        __m256 x[8];
+        for (int r = 0; r < 8; ++r) x[r] = r < lines ? _mm256_loadu_ps(src + r * row_stride + p) : _mm256_setzero_ps();
+        transpose8x8(x);
+        float* slot = panel + p * kMr;
+        for (int j = 0; j < 7; ++j) _mm256_storeu_ps(slot + j * kMr, x[j]);
+        _mm256_maskstore_ps(slot + 7 * kMr, six, x[7]);
       }
+      for (; p < kc; ++p)
+        for (int r = 0; r < kMr; ++r) panel[p * kMr + r] = r < lines ? src[r * row_stride + p] : 0.0f;
     }
   } else {
-    for (i64 p = 0; p < kc; ++p) {
-      for (i64 row = 0; row < panels * kMr; ++row) {
-        out[(row / kMr) * kMr * kc + p * kMr + row % kMr] =
-            row < rows ? a[row + p * col_stride] : 0.0f;
-      }
+    for (i64 q = 0; q < panels; ++q) {
+      float* panel = out + q * kMr * kc;
+      const i64 lines = rows - q * kMr < kMr ? rows - q * kMr : kMr;
+      const float* src = a + q * kMr;
+      for (i64 p = 0; p < kc; ++p)
+        for (int r = 0; r < kMr; ++r) panel[p * kMr + r] = r < lines ? src[r + p * col_stride] : 0.0f;
     }
   }
 }
@@ -104,12 +135,32 @@ void pack_b_16(const float* b, i64 row_stride, i64 col_stride, i64 kc, i64 /*nex
   }
 }
 
+// The GEMM epilogue on one finished tile (gemm.h): bias, and under GELU the pre-activation
+// kept in aux; the same evaluation of GELU as the AVX-512 epilogue.
+void epilogue_6x16(float* c, i64 ldc, int m_valid, int n_valid, const float* bias, Activation act, float* aux) {
+  const __m256i mask[2] = {first_lanes8(n_valid), first_lanes8(n_valid - 8)};
+  __m256 b[2];
+  for (int j = 0; j < 2; ++j)
+    b[j] = bias == nullptr ? _mm256_setzero_ps() : _mm256_maskload_ps(bias + 8 * j, mask[j]);
+  for (int i = 0; i < m_valid; ++i) {
+    for (int j = 0; j < 2 && 8 * j < n_valid; ++j) {
+      float* at = c + i * ldc + 8 * j;
+      __m256 h = _mm256_add_ps(_mm256_maskload_ps(at, mask[j]), b[j]);
+      if (act == Activation::Gelu) {
+        _mm256_maskstore_ps(aux + i * ldc + 8 * j, mask[j], h);
+        h = avx2::gelu8(h);
+      }
+      _mm256_maskstore_ps(at, mask[j], h);
+    }
+  }
+}
+
 }  // namespace
 
 const SgemmMicroKernel& sgemm_avx2_microkernel() {
   static const SgemmMicroKernel kernel{"avx2 6x16",       kMr,      kNr,      1,        1,
                                        sgemm_kernel_6x16, pack_a_6, pack_b_16,
-                                       tile_epilogue_scalar};
+                                       epilogue_6x16};
   return kernel;
 }
 
