@@ -11,7 +11,7 @@
 # 32 x 128 per run (tokens/s covers every step, the first one's warm-up included, so keep
 # STEPS at 8 or more); BUILD the build folder (default build); REPS (default 2). The models
 # are those in MODELS (default "transformer grassmann sheaf"). Runs in a scratch folder that
-# it removes; needs mpirun (Open MPI). About 2 minutes per run of 8 steps on 2 AVX2 cores.
+# it removes; needs mpirun (Open MPI). Under a minute per run of 8 steps on 2 AVX2 cores.
 set -euo pipefail
 
 usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
