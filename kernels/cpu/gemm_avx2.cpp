@@ -136,22 +136,28 @@ void pack_b_16(const float* b, i64 row_stride, i64 col_stride, i64 kc, i64 /*nex
 }
 
 // The GEMM epilogue on one finished tile (gemm.h): bias, and under GELU the pre-activation
-// kept in aux; the same evaluation of GELU as the AVX-512 epilogue.
+// kept in aux; the same evaluation of GELU as the AVX-512 epilogue. The two halves of a row
+// are written out one after the other rather than as a loop over an array of two bias
+// vectors: that loop is the shape GCC 12 miscompiles under both sanitizers (kernels/README.md,
+// "Compiler notes").
 void epilogue_6x16(float* c, i64 ldc, int m_valid, int n_valid, const float* bias, Activation act, float* aux) {
-  const __m256i mask[2] = {first_lanes8(n_valid), first_lanes8(n_valid - 8)};
-  __m256 b[2];
-  for (int j = 0; j < 2; ++j)
-    b[j] = bias == nullptr ? _mm256_setzero_ps() : _mm256_maskload_ps(bias + 8 * j, mask[j]);
-  for (int i = 0; i < m_valid; ++i) {
-    for (int j = 0; j < 2 && 8 * j < n_valid; ++j) {
-      float* at = c + i * ldc + 8 * j;
-      __m256 h = _mm256_add_ps(_mm256_maskload_ps(at, mask[j]), b[j]);
-      if (act == Activation::Gelu) {
-        _mm256_maskstore_ps(aux + i * ldc + 8 * j, mask[j], h);
-        h = avx2::gelu8(h);
-      }
-      _mm256_maskstore_ps(at, mask[j], h);
+  const __m256i mask0 = first_lanes8(n_valid), mask1 = first_lanes8(n_valid - 8);
+  const __m256 b0 = bias == nullptr ? _mm256_setzero_ps() : _mm256_maskload_ps(bias, mask0);
+  const __m256 b1 = bias == nullptr ? _mm256_setzero_ps() : _mm256_maskload_ps(bias + 8, mask1);
+  const bool gelu = act == Activation::Gelu;
+  auto half = [&](float* at, float* keep, __m256i mask, __m256 b) {
+    __m256 h = _mm256_add_ps(_mm256_maskload_ps(at, mask), b);
+    if (gelu) {
+      _mm256_maskstore_ps(keep, mask, h);
+      h = avx2::gelu8(h);
     }
+    _mm256_maskstore_ps(at, mask, h);
+  };
+  for (int i = 0; i < m_valid; ++i) {
+    float* row = c + i * ldc;
+    float* keep = gelu ? aux + i * ldc : nullptr;
+    half(row, keep, mask0, b0);
+    if (n_valid > 8) half(row + 8, gelu ? keep + 8 : nullptr, mask1, b1);
   }
 }
 
