@@ -11,13 +11,6 @@ namespace {
 
 constexpr i64 kGrain = 1 << 14;
 
-// sigmoid without overflow, as sigmoid_ps: e = exp(-|x|); x >= 0: 1 / (1 + e), x < 0: e / (1 + e).
-inline __m256 sigmoid8(__m256 x) {
-  const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x)));
-  const __m256 inv = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
-  const __m256 negative = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ);
-  return _mm256_blendv_ps(inv, _mm256_mul_ps(inv, e), negative);
-}
 
 }  // namespace
 

@@ -55,25 +55,6 @@ void sgemm_kernel_6x16(i64 kc, const float* __restrict ap, const float* __restri
   }
 }
 
-// r[j] = (x[0][j], ..., x[7][j]): an 8 x 8 transpose in registers.
-inline void transpose8x8(__m256 x[8]) {
-  __m256 t[8], u[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(x[i], x[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(x[i], x[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int i = 0; i < 4; ++i) {
-    x[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
-    x[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
-  }
-}
-
 // A panels: rows [0, rows) of op(A), 6 per panel, k-major (panel[p * 6 + r]). Rows
 // contiguous in k: 8 values of k of the panel's rows are loaded per row and transposed in
 // registers, then written as 8 consecutive 6-float slots (each full store spills 2 floats
@@ -94,7 +75,7 @@ void pack_a_6(const float* a, i64 row_stride, i64 col_stride, i64 rows, i64 kc, 
       for (; p + 8 <= kc; p += 8) {
         __m256 x[8];
         for (int r = 0; r < 8; ++r) x[r] = r < lines ? _mm256_loadu_ps(src + r * row_stride + p) : _mm256_setzero_ps();
-        transpose8x8(x);
+        avx2::transpose8x8(x);
         float* slot = panel + p * kMr;
         for (int j = 0; j < 7; ++j) _mm256_storeu_ps(slot + j * kMr, x[j]);
         _mm256_maskstore_ps(slot + 7 * kMr, six, x[7]);

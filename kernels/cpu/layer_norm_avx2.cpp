@@ -25,14 +25,6 @@ namespace {
 
 i64 row_grain(i64 D) { return D >= 2048 ? 1 : 2048 / (D < 1 ? 1 : D) + 1; }
 
-// The n (of 8) floats at p that lie in the row, zeros in the other lanes; and the store of
-// those lanes only.
-inline __m256 load(const float* p, i64 n) { return n >= 8 ? _mm256_loadu_ps(p) : load_first(p, n); }
-inline void store(float* p, i64 n, __m256 v) {
-  if (n >= 8) _mm256_storeu_ps(p, v);
-  else store_first(p, n, v);
-}
-
 // The lane mask of the first n of 4 doubles, and the doubles' load and store through it.
 inline __m256i first_lanes4(i64 n) {
   const long long count = n <= 0 ? 0 : n >= 4 ? 4 : n;
@@ -62,7 +54,7 @@ void layer_norm_forward(const float* x, const float* gamma, const float* beta, i
         s0 = _mm256_add_ps(s0, _mm256_loadu_ps(xr + j));
         s1 = _mm256_add_ps(s1, _mm256_loadu_ps(xr + j + 8));
       }
-      for (; j < D; j += 8) s0 = _mm256_add_ps(s0, load(xr + j, D - j));
+      for (; j < D; j += 8) s0 = _mm256_add_ps(s0, load_first(xr + j, D - j));
       const float mu = hsum8(_mm256_add_ps(s0, s1)) / float(D);
       const __m256 vmu = _mm256_set1_ps(mu);
       __m256 q0 = _mm256_setzero_ps(), q1 = _mm256_setzero_ps();
@@ -75,17 +67,17 @@ void layer_norm_forward(const float* x, const float* gamma, const float* beta, i
       for (; j < D; j += 8) {
         // The lanes past the row read 0, and 0 - mean is not 0: mask the deviation.
         const __m256 valid = _mm256_castsi256_ps(first_lanes8(D - j));
-        const __m256 d = _mm256_and_ps(valid, _mm256_sub_ps(load(xr + j, D - j), vmu));
+        const __m256 d = _mm256_and_ps(valid, _mm256_sub_ps(load_first(xr + j, D - j), vmu));
         q0 = _mm256_fmadd_ps(d, d, q0);
       }
       const float var = hsum8(_mm256_add_ps(q0, q1)) / float(D);
       const float inv_std = float(1.0 / std::sqrt(double(var) + double(eps)));
       const __m256 vinv = _mm256_set1_ps(inv_std);
       for (j = 0; j < D; j += 8) {
-        __m256 out = _mm256_mul_ps(_mm256_sub_ps(load(xr + j, D - j), vmu), vinv);
-        if (gamma) out = _mm256_mul_ps(out, load(gamma + j, D - j));
-        if (beta) out = _mm256_add_ps(out, load(beta + j, D - j));
-        store(yr + j, D - j, out);
+        __m256 out = _mm256_mul_ps(_mm256_sub_ps(load_first(xr + j, D - j), vmu), vinv);
+        if (gamma) out = _mm256_mul_ps(out, load_first(gamma + j, D - j));
+        if (beta) out = _mm256_add_ps(out, load_first(beta + j, D - j));
+        store_first(yr + j, D - j, out);
       }
       mean[r] = mu;
       rstd[r] = inv_std;
@@ -121,9 +113,9 @@ void layer_norm_backward(const float* x, const float* gamma, const float* mean, 
           // xhat of the lanes past the row is -mean rstd, not 0: masked, so that a huge
           // one cannot make 0 * xhat a NaN.
           const __m256 valid = _mm256_castsi256_ps(first_lanes8(D - j));
-          const __m256 xhat = _mm256_and_ps(valid, _mm256_mul_ps(_mm256_sub_ps(load(xr + j, D - j), vmu), vrstd));
-          __m256 g = load(gyr + j, D - j);
-          if (gamma) g = _mm256_mul_ps(g, load(gamma + j, D - j));
+          const __m256 xhat = _mm256_and_ps(valid, _mm256_mul_ps(_mm256_sub_ps(load_first(xr + j, D - j), vmu), vrstd));
+          __m256 g = load_first(gyr + j, D - j);
+          if (gamma) g = _mm256_mul_ps(g, load_first(gamma + j, D - j));
           sum_g = _mm256_add_ps(sum_g, g);
           sum_gx = _mm256_fmadd_ps(g, xhat, sum_gx);
         }
@@ -131,11 +123,11 @@ void layer_norm_backward(const float* x, const float* gamma, const float* mean, 
         const __m256 mean_gx = _mm256_set1_ps(hsum8(sum_gx) / float(D));
         const __m256d mu_d = _mm256_set1_pd(mean[r]), rs_d = _mm256_set1_pd(rstd[r]);
         for (i64 j = 0; j < D; j += 8) {
-          const __m256 xv = load(xr + j, D - j), gyv = load(gyr + j, D - j);
+          const __m256 xv = load_first(xr + j, D - j), gyv = load_first(gyr + j, D - j);
           const __m256 xhat = _mm256_mul_ps(_mm256_sub_ps(xv, vmu), vrstd);
-          const __m256 g = gamma ? _mm256_mul_ps(gyv, load(gamma + j, D - j)) : gyv;
+          const __m256 g = gamma ? _mm256_mul_ps(gyv, load_first(gamma + j, D - j)) : gyv;
           const __m256 inner = _mm256_fnmadd_ps(xhat, mean_gx, _mm256_sub_ps(g, mean_g));
-          store(gxr + j, D - j, _mm256_mul_ps(vrstd, inner));
+          store_first(gxr + j, D - j, _mm256_mul_ps(vrstd, inner));
           if (!columns) continue;
           // This row's column terms, in double (xhat from the float statistics, as the
           // reference forms it), added into the chunk's partials 4 columns at a time.
@@ -170,8 +162,8 @@ void layer_norm_backward(const float* x, const float* gamma, const float* mean, 
       auto to_float = [](__m256d lo, __m256d hi) {
         return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(lo)), _mm256_cvtpd_ps(hi), 1);
       };
-      if (ggamma) store(ggamma + j, D - j, to_float(gamma_lo, gamma_hi));
-      if (gbeta) store(gbeta + j, D - j, to_float(beta_lo, beta_hi));
+      if (ggamma) store_first(ggamma + j, D - j, to_float(gamma_lo, gamma_hi));
+      if (gbeta) store_first(gbeta + j, D - j, to_float(beta_lo, beta_hi));
     }
   });
 }

@@ -43,19 +43,11 @@ struct Vec {
   __m256 v[kMaxVectors];
 };
 
-// The n (of 8) floats at p that lie in the row, zeros in the other lanes; and the store of
-// those lanes only (masked moves only for the partial vector: they are slow on some CPUs).
-inline __m256 load(const float* p, i64 n) { return n >= 8 ? _mm256_loadu_ps(p) : load_first(p, n); }
-inline void store(float* p, i64 n, __m256 v) {
-  if (n >= 8) _mm256_storeu_ps(p, v);
-  else store_first(p, n, v);
-}
-
 template <int nv>
 inline Vec load_vec(const float* x, i64 r) {
   Vec out;
 #pragma GCC unroll 8
-  for (int k = 0; k < nv; ++k) out.v[k] = load(x + 8 * k, r - 8 * k);
+  for (int k = 0; k < nv; ++k) out.v[k] = load_first(x + 8 * k, r - 8 * k);
   return out;
 }
 
@@ -143,25 +135,6 @@ inline i64 count_valid(i64 t, const std::int32_t* offsets, i64 m) {
   return valid;
 }
 
-// Transposes the 8 x 8 tile held one row per register.
-inline void transpose_8x8(__m256 row[8]) {
-  __m256 t[8], s[8];
-  for (int q = 0; q < 8; q += 2) {
-    t[q] = _mm256_unpacklo_ps(row[q], row[q + 1]);
-    t[q + 1] = _mm256_unpackhi_ps(row[q], row[q + 1]);
-  }
-  for (int q = 0; q < 8; q += 4) {
-    s[q] = _mm256_shuffle_ps(t[q], t[q + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    s[q + 1] = _mm256_shuffle_ps(t[q], t[q + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    s[q + 2] = _mm256_shuffle_ps(t[q + 1], t[q + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    s[q + 3] = _mm256_shuffle_ps(t[q + 1], t[q + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int q = 0; q < 4; ++q) {
-    row[q] = _mm256_permute2f128_ps(s[q], s[q + 4], 0x20);
-    row[q + 4] = _mm256_permute2f128_ps(s[q], s[q + 4], 0x31);
-  }
-}
-
 // G (8 nv rows of 8 nv floats, row-major) from the packed upper triangle g: row i holds
 // g_i,(i+1..r-1) in its upper part and -g_(0..i-1),i below the diagonal; the padding rows
 // and columns are zero, so products over whole vectors see zeros there.
@@ -177,14 +150,14 @@ void build_antisymmetric(const float* g, i64 r, float* G) {
     if (i + 1 >= r) continue;
     const float* src = g + row_start(i, r);
     const i64 count = r - 1 - i;
-    for (i64 j = 0; j < count; j += 8) store(dst + i + 1 + j, count - j, load(src + j, count - j));
+    for (i64 j = 0; j < count; j += 8) store_first(dst + i + 1 + j, count - j, load_first(src + j, count - j));
   }
   // G = U - U^T, transposing 8 x 8 tiles.
   for (int bi = 0; bi < nv; ++bi) {
     for (int bj = 0; bj < nv; ++bj) {
       __m256 tile[8];
       for (int q = 0; q < 8; ++q) tile[q] = _mm256_load_ps(upper + (8 * bj + q) * ld + 8 * bi);
-      transpose_8x8(tile);  // tile[q] = column 8 bi + q of U restricted to rows 8 bj..
+      transpose8x8(tile);  // tile[q] = column 8 bi + q of U restricted to rows 8 bj..
       for (int q = 0; q < 8; ++q) {
         const i64 row = 8 * bi + q;
         _mm256_store_ps(G + row * ld + 8 * bj, _mm256_sub_ps(_mm256_load_ps(upper + row * ld + 8 * bj), tile[q]));
@@ -257,7 +230,7 @@ void mean_forward(const float* z, i64 B, i64 L, i64 r, const std::int32_t* offse
         for (i64 j = i + 1; j < r; j += 8) {
           const __m256 vals =
               _mm256_fmsub_ps(ui, _mm256_loadu_ps(uw[1] + j), _mm256_mul_ps(wi, _mm256_loadu_ps(uw[0] + j)));
-          store(dst + (j - i - 1), r - j, vals);
+          store_first(dst + (j - i - 1), r - j, vals);
         }
         dst += r - 1 - i;
       }
@@ -345,7 +318,7 @@ void mean_backward(const float* z, i64 B, i64 L, i64 r, const std::int32_t* offs
         pair_term(t, o, false, antisymmetric_of(b * L + t));
       }
 #pragma GCC unroll 8
-      for (int k = 0; k < nv; ++k) store(gz + row * r + 8 * k, r - 8 * k, acc.v[k]);
+      for (int k = 0; k < nv; ++k) store_first(gz + row * r + 8 * k, r - 8 * k, acc.v[k]);
     }
   });
 }

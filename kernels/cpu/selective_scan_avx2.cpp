@@ -35,38 +35,6 @@ namespace {
 
 constexpr i64 kLanes = 8;
 
-// The vector maps of simd_avx512.h the scan needs, on 8 lanes with the same evaluation.
-inline __m256 abs8(__m256 x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x); }
-
-// sigmoid without overflow: e = exp(-|x|); x >= 0: 1 / (1 + e), x < 0: e / (1 + e).
-inline __m256 sigmoid8(__m256 x) {
-  const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), abs8(x)));
-  const __m256 inv = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
-  const __m256 negative = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ);
-  return _mm256_blendv_ps(inv, _mm256_mul_ps(inv, e), negative);
-}
-
-// SiLU, x sigmoid(x), and its derivative s (1 + x (1 - s)).
-inline __m256 silu8(__m256 x) { return _mm256_mul_ps(x, sigmoid8(x)); }
-inline __m256 silu_derivative8(__m256 x) {
-  const __m256 s = sigmoid8(x), one = _mm256_set1_ps(1.0f);
-  return _mm256_mul_ps(s, _mm256_fmadd_ps(x, _mm256_sub_ps(one, s), one));
-}
-
-// softplus(x) = max(x, 0) + log1p(u), u = e^-|x| in (0, 1]; log1p(u) = 2 atanh(t) with
-// t = u / (2 + u), formed from u directly (no 1 + u that would drop u's low bits), by the
-// series 2 (t + t^3/3 + ... + t^13/13), as softplus_ps.
-inline __m256 softplus8(__m256 x) {
-  const __m256 u = exp8(_mm256_sub_ps(_mm256_setzero_ps(), abs8(x)));
-  const __m256 t = _mm256_div_ps(u, _mm256_add_ps(_mm256_set1_ps(2.0f), u));
-  const __m256 t2 = _mm256_mul_ps(t, t);
-  __m256 series = _mm256_set1_ps(1.0f / 13);
-  for (const float c : {1.0f / 11, 1.0f / 9, 1.0f / 7, 1.0f / 5, 1.0f / 3, 1.0f})
-    series = _mm256_fmadd_ps(series, t2, _mm256_set1_ps(c));
-  const __m256 log1p_u = _mm256_mul_ps(_mm256_add_ps(t, t), series);
-  return _mm256_add_ps(_mm256_max_ps(x, _mm256_setzero_ps()), log1p_u);
-}
-
 // The channel blocks of 8, with A = -exp(A_log) transposed so that the 8 channels of one
 // state index n are contiguous: At[(block * N + n) * 8 + lane]. A is kept finite (at
 // -FLT_MAX at worst), so a step size of 0 gives exp(0 * A) = 1, never 0 * inf.

@@ -1,5 +1,6 @@
-// The vector helpers the AVX2 kernels share: e^x, erfc and GELU on 8 floats, masks for
-// the tails of rows, horizontal reductions.
+// The vector helpers the AVX2 kernels share: e^x, erfc, GELU, sigmoid, SiLU and softplus on
+// 8 floats (evaluated as in simd_avx512.h), masks for the tails of rows, an 8 x 8 transpose,
+// horizontal reductions.
 // Include only from *_avx2.cpp files (compiled with -mavx2 -mfma).
 #pragma once
 
@@ -46,9 +47,36 @@ inline __m256i first_lanes8(long long n) {
   const int count = n <= 0 ? 0 : n >= 8 ? 8 : static_cast<int>(n);
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(count), lane);
 }
-// The first n floats at p, zeros in the other lanes.
-inline __m256 load_first(const float* p, long long n) { return _mm256_maskload_ps(p, first_lanes8(n)); }
-inline void store_first(float* p, long long n, __m256 v) { _mm256_maskstore_ps(p, first_lanes8(n), v); }
+// The first n floats at p, zeros in the other lanes; and the store of those lanes only.
+// A whole vector (n >= 8) takes the plain load and store: masked moves are slow on some CPUs.
+inline __m256 load_first(const float* p, long long n) {
+  return n >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, first_lanes8(n));
+}
+inline void store_first(float* p, long long n, __m256 v) {
+  if (n >= 8) _mm256_storeu_ps(p, v);
+  else _mm256_maskstore_ps(p, first_lanes8(n), v);
+}
+
+inline __m256 abs8(__m256 x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x); }
+
+// r[j] = (x[0][j], ..., x[7][j]): an 8 x 8 transpose in registers.
+inline void transpose8x8(__m256 x[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(x[i], x[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(x[i], x[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    x[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    x[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
 
 // erfc, GELU and GELU's derivative: the same evaluation as simd_avx512.h (exact GELU
 // x Phi(x), erfc from the Numerical Recipes Chebyshev fit, fractional error below 1.2e-7).
@@ -61,7 +89,7 @@ inline __m256 erfc_nonnegative8(__m256 z) {
   return _mm256_mul_ps(t, exp8(_mm256_fnmadd_ps(z, z, poly)));  // t exp(-z^2 + poly)
 }
 inline __m256 erfc8(__m256 z) {
-  const __m256 az = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), z);
+  const __m256 az = abs8(z);
   const __m256 e = erfc_nonnegative8(az);
   const __m256 negative = _mm256_cmp_ps(z, _mm256_setzero_ps(), _CMP_LT_OQ);
   return _mm256_blendv_ps(e, _mm256_sub_ps(_mm256_set1_ps(2.0f), e), negative);
@@ -76,6 +104,35 @@ inline __m256 gelu_derivative8(__m256 x) {
   const __m256 pdf = _mm256_mul_ps(_mm256_set1_ps(0.39894228040143267794f),
                                    exp8(_mm256_mul_ps(_mm256_set1_ps(-0.5f), _mm256_mul_ps(x, x))));
   return _mm256_fmadd_ps(x, pdf, normal_cdf8(x));
+}
+
+// sigmoid without overflow: e = exp(-|x|); x >= 0: 1 / (1 + e), x < 0: e / (1 + e).
+inline __m256 sigmoid8(__m256 x) {
+  const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), abs8(x)));
+  const __m256 inv = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+  const __m256 negative = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ);
+  return _mm256_blendv_ps(inv, _mm256_mul_ps(inv, e), negative);
+}
+
+// SiLU, x sigmoid(x), and its derivative s (1 + x (1 - s)).
+inline __m256 silu8(__m256 x) { return _mm256_mul_ps(x, sigmoid8(x)); }
+inline __m256 silu_derivative8(__m256 x) {
+  const __m256 s = sigmoid8(x), one = _mm256_set1_ps(1.0f);
+  return _mm256_mul_ps(s, _mm256_fmadd_ps(x, _mm256_sub_ps(one, s), one));
+}
+
+// softplus(x) = max(x, 0) + log1p(u), u = e^-|x| in (0, 1]; log1p(u) = 2 atanh(t) with
+// t = u / (2 + u), formed from u directly (no 1 + u that would drop u's low bits), by the
+// series 2 (t + t^3/3 + ... + t^13/13), as softplus_ps.
+inline __m256 softplus8(__m256 x) {
+  const __m256 u = exp8(_mm256_sub_ps(_mm256_setzero_ps(), abs8(x)));
+  const __m256 t = _mm256_div_ps(u, _mm256_add_ps(_mm256_set1_ps(2.0f), u));
+  const __m256 t2 = _mm256_mul_ps(t, t);
+  __m256 series = _mm256_set1_ps(1.0f / 13);
+  for (const float c : {1.0f / 11, 1.0f / 9, 1.0f / 7, 1.0f / 5, 1.0f / 3, 1.0f})
+    series = _mm256_fmadd_ps(series, t2, _mm256_set1_ps(c));
+  const __m256 log1p_u = _mm256_mul_ps(_mm256_add_ps(t, t), series);
+  return _mm256_add_ps(_mm256_max_ps(x, _mm256_setzero_ps()), log1p_u);
 }
 
 inline float hsum8(__m256 v) {
