@@ -280,6 +280,13 @@ int ranks_on_this_machine() {
   return 1;
 }
 
+int launcher_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
+    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') return std::max(0, std::atoi(v));
+  }
+  return 0;
+}
+
 int local_rank() {
   for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}) {
     if (const char* v = std::getenv(name); v != nullptr && *v != '\0') return std::max(0, std::atoi(v));

@@ -35,6 +35,9 @@ int ranks_on_this_machine();
 // This process's place among them, 0 .. ranks_on_this_machine() - 1, as the launcher says
 // (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID); 0 when it does not say.
 int local_rank();
+// This process's rank in the whole job as the launcher says (OMPI_COMM_WORLD_RANK,
+// PMIX_RANK, PMI_RANK), known before MPI starts; 0 when no launcher says.
+int launcher_rank();
 
 class Communicator {
  public:

@@ -1,5 +1,7 @@
 // wedge: the command line. Each sub-command lives in its own tools/cmd_*.cpp; this file
 // only builds the root app and turns exceptions into one clear line and exit status 1.
+#include <unistd.h>
+
 #include <cstdio>
 #include <exception>
 #include <new>
@@ -16,6 +18,11 @@
 #include "tools/training_support.h"
 
 int main(int argc, char** argv) {
+  // Under mpirun, standard output is rank 0's alone: it carries what scripts read (the
+  // --json result line), and the launcher forwards every rank's streams in pieces of
+  // whatever size it read, so a line from another rank could land inside it. Anything any
+  // other rank writes there goes to its standard error instead.
+  if (wedge::dist::launcher_rank() > 0) ::dup2(STDERR_FILENO, STDOUT_FILENO);
   CLI::App app{
       "wedge: a deep-learning engine written from scratch in C++ and CUDA.\n"
       "Trains TransformerLM, GrassmannLM and SheafStateLM language models, and sentence-pair\n"

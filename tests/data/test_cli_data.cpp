@@ -2,40 +2,26 @@
 // --json), vocab train, data stats, and the "error: ..." exit for bad input.
 #include <doctest/doctest.h>
 
-#include <sys/wait.h>
-
 #include <algorithm>
-#include <array>
-#include <cstdio>
-#include <iterator>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
+#include <iterator>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "shell.h"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int status;
-  std::string output;  // stdout and stderr together
-};
+using Result = wedge::testing::ShellRun;
 
-Result run(const std::string& arguments) {
-  const std::string command = std::string(WEDGE_CLI) + " " + arguments + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::string output;
-  std::array<char, 4096> buffer{};
-  std::size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
+Result run(const std::string& arguments) { return wedge::testing::shell(std::string(WEDGE_CLI) + " " + arguments); }
 
 struct ScratchDir {
   fs::path path;
@@ -61,13 +47,13 @@ TEST_CASE("wedge tokenize: arguments, stdin lines and --json") {
   ScratchDir dir;
   const std::string vocab = dir.file("vocab.txt", kVocab);
   const Result args = run("tokenize --vocab " + vocab + " Hello, worlds!");
-  CHECK(args.status == 0);
-  CHECK(args.output == "ids:    5 6 7 9 8\ntokens: hello , world ##s !\n");
+  CHECK(args.exit_code() == 0);
+  CHECK(args.out == "ids:    5 6 7 9 8\ntokens: hello , world ##s !\n");
 
   const std::string input = dir.file("in.txt", "the cat\nHELLO dog\n");
   const Result json = run("tokenize --vocab " + vocab + " --json < " + input);
-  CHECK(json.status == 0);
-  std::istringstream lines(json.output);
+  CHECK(json.exit_code() == 0);
+  std::istringstream lines(json.out);
   std::string line;
   std::vector<nlohmann::json> objects;
   while (std::getline(lines, line)) objects.push_back(nlohmann::json::parse(line));
@@ -78,21 +64,21 @@ TEST_CASE("wedge tokenize: arguments, stdin lines and --json") {
   CHECK(objects[1]["tokens"] == std::vector<std::string>{"hello", "[UNK]"});
 
   const Result special = run("tokenize --vocab " + vocab + " --special --json the cat");
-  CHECK(nlohmann::json::parse(special.output)["ids"] == std::vector<int>{2, 10, 11, 3});
+  CHECK(nlohmann::json::parse(special.out)["ids"] == std::vector<int>{2, 10, 11, 3});
 }
 
 TEST_CASE("wedge tokenize and data stats fail with a clear error") {
   ScratchDir dir;
   const Result missing = run("tokenize --vocab " + (dir.path / "none.txt").string() + " x");
-  CHECK(missing.status == 1);
-  CHECK(missing.output.find("error: vocabulary file not found") != std::string::npos);
+  CHECK(missing.exit_code() == 1);
+  CHECK(missing.text().find("error: vocabulary file not found") != std::string::npos);
   const std::string no_unk = dir.file("no_unk.txt", "[PAD]\nhello\n");
   const Result bad_vocab = run("tokenize --vocab " + no_unk + " x");
-  CHECK(bad_vocab.status == 1);
-  CHECK(bad_vocab.output.find("[UNK]") != std::string::npos);
+  CHECK(bad_vocab.exit_code() == 1);
+  CHECK(bad_vocab.text().find("[UNK]") != std::string::npos);
   const Result no_dir = run("data stats --data snli --data-dir " + (dir.path / "absent").string());
-  CHECK(no_dir.status == 1);
-  CHECK(no_dir.output.find("download_data.sh") != std::string::npos);
+  CHECK(no_dir.exit_code() == 1);
+  CHECK(no_dir.text().find("download_data.sh") != std::string::npos);
 }
 
 TEST_CASE("wedge vocab train writes a vocabulary the tokenizer can load") {
@@ -100,16 +86,16 @@ TEST_CASE("wedge vocab train writes a vocabulary the tokenizer can load") {
   const std::string corpus = dir.file("corpus.txt", "low lower lowest\nnewer newest wider\nlow low new\n");
   const std::string out = (dir.path / "trained.txt").string();
   const Result r = run("vocab train --size 25 --out " + out + " " + corpus);
-  CHECK(r.status == 0);
-  CHECK(r.output.find("merges") != std::string::npos);  // progress lines
-  CHECK(r.output.find("wrote " + out) != std::string::npos);
+  CHECK(r.exit_code() == 0);
+  CHECK(r.text().find("merges") != std::string::npos);  // progress lines
+  CHECK(r.text().find("wrote " + out) != std::string::npos);
   std::ifstream in(out);
   std::vector<std::string> tokens;
   for (std::string t; std::getline(in, t);) tokens.push_back(t);
   REQUIRE(tokens.size() == 25);
   CHECK(tokens[1] == "[UNK]");
   const Result tok = run("tokenize --vocab " + out + " --json lowest newer");
-  const auto ids = nlohmann::json::parse(tok.output)["ids"].get<std::vector<int>>();
+  const auto ids = nlohmann::json::parse(tok.out)["ids"].get<std::vector<int>>();
   CHECK(std::find(ids.begin(), ids.end(), 1) == ids.end());  // no [UNK]
 }
 
@@ -119,51 +105,40 @@ TEST_CASE("wedge data stats reports the splits it finds and names the missing on
   dir.file("wt/wiki.train.raw", " = Hello = \n\n the cat \n");
   dir.file("wt/wiki.test.tokens", " the <unk> \n");
   const Result wt = run("data stats --data wikitext2 --no-cache --vocab " + vocab + " --data-dir " + (dir.path / "wt").string());
-  CHECK(wt.status == 0);
-  CHECK(wt.output.find("lines 3  bytes 23  tokens 5  [UNK] 2 (40.000%)") != std::string::npos);
-  CHECK(wt.output.find("valid  missing") != std::string::npos);
-  CHECK(wt.output.find("tokens 2  [UNK] 1 (50.000%)") != std::string::npos);
+  CHECK(wt.exit_code() == 0);
+  CHECK(wt.text().find("lines 3  bytes 23  tokens 5  [UNK] 2 (40.000%)") != std::string::npos);
+  CHECK(wt.text().find("valid  missing") != std::string::npos);
+  CHECK(wt.text().find("tokens 2  [UNK] 1 (50.000%)") != std::string::npos);
 
   dir.file("snli/snli_1.0_dev.jsonl",
            "{\"gold_label\": \"neutral\", \"sentence1\": \"the cat\", \"sentence2\": \"hello\"}\n"
            "{\"gold_label\": \"-\", \"sentence1\": \"the cat\", \"sentence2\": \"hello\"}\n");
   const Result snli = run("data stats --data snli --vocab " + vocab + " --data-dir " + (dir.path / "snli").string());
-  CHECK(snli.status == 0);
-  CHECK(snli.output.find("train  missing") != std::string::npos);
-  CHECK(snli.output.find("rows 2  labelled 1  dropped '-' 1  entailment 0  neutral 1  contradiction 0") !=
+  CHECK(snli.exit_code() == 0);
+  CHECK(snli.text().find("train  missing") != std::string::npos);
+  CHECK(snli.text().find("rows 2  labelled 1  dropped '-' 1  entailment 0  neutral 1  contradiction 0") !=
         std::string::npos);
 }
 
 namespace {
 
-// Status 1 and one `error:` line holding `expected`: the whole output for a command that
-// fails before printing anything (`whole`), else the last line after what it printed.
+// Status 1 and one `error:` line holding `expected`, the last line of standard error: the
+// whole output for a command that fails before printing anything (`whole`).
 void check_one_error_line(const Result& r, const std::string& expected, bool whole = true) {
-  CAPTURE(r.output);
-  CHECK(r.status == 1);
-  CHECK(r.output.ends_with("\n"));
-  const std::size_t last_line = r.output.rfind('\n', r.output.size() - 2) + 1;  // 0 when only one line
-  CHECK(r.output.compare(last_line, 7, "error: ") == 0);
-  CHECK(r.output.find(expected, last_line) != std::string::npos);
-  std::size_t error_lines = r.output.starts_with("error: ") ? 1 : 0;
-  for (std::size_t at = r.output.find("\nerror: "); at != std::string::npos; at = r.output.find("\nerror: ", at + 1))
-    ++error_lines;
+  CAPTURE(r.text());
+  CHECK(r.exit_code() == 1);
+  CHECK(r.err.ends_with("\n"));
+  const std::size_t last_line = r.err.rfind('\n', r.err.size() - 2) + 1;  // 0 when only one line
+  CHECK(r.err.compare(last_line, 7, "error: ") == 0);
+  CHECK(r.err.find(expected, last_line) != std::string::npos);
+  const std::string all = "\n" + r.text();
+  std::size_t error_lines = 0;
+  for (std::size_t at = all.find("\nerror: "); at != std::string::npos; at = all.find("\nerror: ", at + 1)) ++error_lines;
   CHECK(error_lines == 1);
-  if (whole) CHECK(last_line == 0);
-}
-
-// stdout only; stderr goes to `err`.
-std::string run_stdout(const std::string& arguments, const fs::path& err) {
-  const std::string command = std::string(WEDGE_CLI) + " " + arguments + " 2> " + err.string();
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::string output;
-  std::array<char, 4096> buffer{};
-  std::size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
-  return output;
+  if (whole) {
+    CHECK(last_line == 0);
+    CHECK(r.out.empty());
+  }
 }
 
 std::vector<std::string> names_in(const fs::path& dir) {
@@ -197,8 +172,8 @@ TEST_CASE("numeric flags of tokenize, vocab train and data stats say which flag 
   check_one_error_line(run("tokenize --vocab " + vocab + " --special --max-length 1 x"),
                        "--max-length 1 leaves no room for [CLS] and [SEP] with --special");
   const Result cut = run("tokenize --vocab " + vocab + " --special --max-length 2 --json the cat");
-  CHECK(cut.status == 0);
-  CHECK(nlohmann::json::parse(cut.output)["ids"] == std::vector<int>{2, 3});
+  CHECK(cut.exit_code() == 0);
+  CHECK(nlohmann::json::parse(cut.out)["ids"] == std::vector<int>{2, 3});
 
   const std::string snli = (dir.path / "snli").string();
   fs::create_directories(snli);
@@ -227,15 +202,15 @@ TEST_CASE("bad inputs to the data commands: one error line each, exit status 1")
   check_one_error_line(run("tokenize --vocab " + missing + " x"), "vocabulary file not found: " + missing);
   const Result junk_vocab = run("tokenize --vocab " + junk + " x");
   check_one_error_line(junk_vocab, "junk.bin:1: the vocabulary line is not valid UTF-8 (\\x7fELF\\x02\\x01\\x01\\x00\\x00\\xff\\xfe\\x1b[2J)");
-  CHECK(junk_vocab.output.find('\x1b') == std::string::npos);
+  CHECK(junk_vocab.text().find('\x1b') == std::string::npos);
   const std::string dup = dir.file("dup.txt", "[PAD]\n[UNK]\nhello\nworld\nhello\n");
   check_one_error_line(run("tokenize --vocab " + dup + " x"), "dup.txt:5: the token \"hello\" is also on line 3");
   const std::string blank = dir.file("blank.txt", "[PAD]\n[UNK]\n\nhello\n");
   check_one_error_line(run("tokenize --vocab " + blank + " x"), "blank.txt:3: empty line");
   check_one_error_line(run("tokenize --vocab " + vocab + " < " + folder), "the standard input is a folder");
   const Result no_input = run("tokenize --vocab " + vocab + " < " + dir.file("nothing.txt", ""));
-  CHECK(no_input.status == 0);
-  CHECK(no_input.output.empty());
+  CHECK(no_input.exit_code() == 0);
+  CHECK(no_input.text().empty());
 
   // vocab train: the texts and --out
   const std::string out = (dir.path / "out.txt").string();
@@ -251,13 +226,13 @@ TEST_CASE("bad inputs to the data commands: one error line each, exit status 1")
   // binary junk is text with bytes that are not UTF-8: the words holding them are left out,
   // what is left is learnt from, and nothing is left behind but the vocabulary
   const Result junk_train = run("vocab train --size 30 --out " + out + " " + junk);
-  CAPTURE(junk_train.output);
-  CHECK(junk_train.status == 0);
-  CHECK(junk_train.output.find("note: " + junk + ": 4 byte sequences that are not UTF-8 (the first on line 1)") !=
+  CAPTURE(junk_train.text());
+  CHECK(junk_train.exit_code() == 0);
+  CHECK(junk_train.text().find("note: " + junk + ": 4 byte sequences that are not UTF-8 (the first on line 1)") !=
         std::string::npos);
-  CHECK(junk_train.output.find("note: 2 words holding bytes that are not UTF-8 were left out of training") !=
+  CHECK(junk_train.text().find("note: 2 words holding bytes that are not UTF-8 were left out of training") !=
         std::string::npos);
-  CHECK(junk_train.output.find('\x1b') == std::string::npos);
+  CHECK(junk_train.text().find('\x1b') == std::string::npos);
   {
     std::ifstream in(out, std::ios::binary);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -278,13 +253,13 @@ TEST_CASE("bad inputs to the data commands: one error line each, exit status 1")
   dir.file("wt/wiki.train.raw", "");
   fs::copy_file(junk, dir.path / "wt" / "wiki.valid.raw");
   const Result wt = run("data stats --data wikitext2 --no-cache --vocab " + vocab + " --data-dir " + (dir.path / "wt").string());
-  CAPTURE(wt.output);
-  CHECK(wt.status == 0);
-  CHECK(wt.output.find("lines 0  bytes 0  tokens 0  [UNK] 0 (0.000%)  not UTF-8 0") != std::string::npos);
-  CHECK(wt.output.find("lines 2  bytes 18  tokens 4  [UNK] 4 (100.000%)  not UTF-8 4") != std::string::npos);
-  CHECK(wt.output.find("note: " + (dir.path / "wt" / "wiki.valid.raw").string() +
+  CAPTURE(wt.text());
+  CHECK(wt.exit_code() == 0);
+  CHECK(wt.text().find("lines 0  bytes 0  tokens 0  [UNK] 0 (0.000%)  not UTF-8 0") != std::string::npos);
+  CHECK(wt.text().find("lines 2  bytes 18  tokens 4  [UNK] 4 (100.000%)  not UTF-8 4") != std::string::npos);
+  CHECK(wt.text().find("note: " + (dir.path / "wt" / "wiki.valid.raw").string() +
                        ": 4 byte sequences that are not UTF-8 (the first on line 1)") != std::string::npos);
-  CHECK(wt.output.find('\x1b') == std::string::npos);
+  CHECK(wt.text().find('\x1b') == std::string::npos);
   dir.file("snli_empty/snli_1.0_dev.jsonl", "");
   check_one_error_line(run("data stats --data snli --vocab " + vocab + " --data-dir " + (dir.path / "snli_empty").string()),
                        "snli_1.0_dev.jsonl: no SNLI rows in the file", /*whole=*/false);
@@ -298,15 +273,15 @@ TEST_CASE("tokenize: bytes that are not UTF-8 are [UNK] and counted on stderr") 
   ScratchDir dir;
   const std::string vocab = dir.file("vocab.txt", kVocab);
   const std::string input = dir.file("in.txt", "the cat\nthe c\xe9t\n\xff hello\n");
-  const fs::path err = dir.path / "err.txt";
-  std::istringstream lines(run_stdout("tokenize --vocab " + vocab + " --json < " + input, err));
+  const Result r = run("tokenize --vocab " + vocab + " --json < " + input);
+  CHECK(r.exit_code() == 0);
+  std::istringstream lines(r.out);
   std::vector<nlohmann::json> objects;
   for (std::string line; std::getline(lines, line);) objects.push_back(nlohmann::json::parse(line));
   REQUIRE(objects.size() == 3);
   CHECK(objects[1]["ids"] == std::vector<int>{10, 1});
   CHECK(objects[2]["ids"] == std::vector<int>{1, 5});
-  std::ifstream err_in(err);
-  const std::string note((std::istreambuf_iterator<char>(err_in)), std::istreambuf_iterator<char>());
+  const std::string& note = r.err;
   CHECK(note == "note: standard input: 2 byte sequences that are not UTF-8 (the first on line 2) read as U+FFFD, which "
                 "makes each one's word [UNK] (is the file in another encoding, such as Latin-1?)\n");
 }

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -15,24 +14,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "shell.h"
+
 namespace {
 
-struct Run {
-  int status = -1;
-  std::string out;
-};
+using Run = wedge::testing::ShellRun;
 
-// Runs the wedge binary with `args`, capturing stdout (stderr is merged in).
-Run wedge_cli(const std::string& args) {
-  Run r;
-  FILE* pipe = popen((std::string("\"") + WEDGE_CLI + "\" " + args + " 2>&1").c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buffer[4096];
-  while (std::fgets(buffer, sizeof buffer, pipe)) r.out += buffer;
-  const int status = pclose(pipe);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+// Runs the wedge binary with `args`.
+Run wedge_cli(const std::string& args) { return wedge::testing::shell(std::string("\"") + WEDGE_CLI + "\" " + args); }
 
 bool have_cli() {
   if (std::filesystem::exists(WEDGE_CLI)) return true;
@@ -42,10 +31,9 @@ bool have_cli() {
 
 std::int64_t params_total(const std::string& flags) {
   const Run r = wedge_cli("params --json " + flags);
-  REQUIRE_MESSAGE(r.status == 0, r.out);
+  REQUIRE_MESSAGE(r.exit_code() == 0, r.text());
   // the JSON object is the last line
-  const auto start = r.out.rfind('\n', r.out.size() - 2);
-  const auto j = nlohmann::json::parse(r.out.substr(start == std::string::npos ? 0 : start + 1));
+  const auto j = r.last_json();
   std::int64_t sum = 0;
   for (const auto& [part, n] : j.at("parts").items()) sum += n.get<std::int64_t>();
   CHECK(sum == j.at("total").get<std::int64_t>());
@@ -75,31 +63,31 @@ TEST_CASE("wedge params: the paper's four configurations from flags") {
   std::filesystem::remove(vocab);
 
   const Run table = wedge_cli("params --model grassmann");
-  CHECK(table.status == 0);
+  CHECK(table.exit_code() == 0);
   CHECK(table.out.find("mixing.plucker") != std::string::npos);
   CHECK(table.out.find("13,001,408") != std::string::npos);
 
   const Run bad = wedge_cli("params --heads 3");
-  CHECK(bad.status != 0);
-  CHECK(bad.out.find("--heads 3 does not divide --d-model 256") != std::string::npos);
+  CHECK(bad.exit_code() != 0);
+  CHECK(bad.err.find("--heads 3 does not divide --d-model 256") != std::string::npos);
 }
 
 TEST_CASE("wedge audit-causal: passes the real models, fails the leaky one") {
   if (!have_cli()) return;
   const std::string small = "--layers 2 --d-model 16 --d-ff 32 --heads 2 --block 20 --vocab-size 50 --rank 4";
   const Run t = wedge_cli("audit-causal --model transformer " + small);
-  CHECK_MESSAGE(t.status == 0, t.out);
+  CHECK_MESSAGE(t.exit_code() == 0, t.text());
   const Run g = wedge_cli("audit-causal --model grassmann " + small);
-  CHECK_MESSAGE(g.status == 0, g.out);
+  CHECK_MESSAGE(g.exit_code() == 0, g.text());
   const Run leak = wedge_cli("audit-causal --model grassmann --leaky --positions 0,5 " + small);
-  CHECK(leak.status == 1);
+  CHECK(leak.exit_code() == 1);
   CHECK(leak.out.find("NOT causal") != std::string::npos);
   CHECK(leak.out.find("t=0") != std::string::npos);
   const std::string sheaf = "--model sheaf " + small + " --patch 3 --section-dim 6 --state-size 4 --expert-d-ff 8";
   const Run s = wedge_cli("audit-causal " + sheaf);
-  CHECK_MESSAGE(s.status == 0, s.out);
+  CHECK_MESSAGE(s.exit_code() == 0, s.text());
   const Run sleak = wedge_cli("audit-causal --leaky " + sheaf);
-  CHECK(sleak.status == 1);
+  CHECK(sleak.exit_code() == 1);
   CHECK(sleak.out.find("NOT causal") != std::string::npos);
 }
 
@@ -107,9 +95,8 @@ TEST_CASE("wedge params --model sheaf --json: the total and its parts") {
   if (!have_cli()) return;
   CHECK(params_total("--model sheaf") == 13'260'976);
   const Run r = wedge_cli("params --model sheaf --json");
-  REQUIRE(r.status == 0);
-  const auto last_line = r.out.rfind('\n', r.out.size() - 2);  // the JSON object is the last line
-  const auto j = nlohmann::json::parse(r.out.substr(last_line == std::string::npos ? 0 : last_line + 1));
+  REQUIRE(r.exit_code() == 0);
+  const auto j = r.last_json();
   std::int64_t sum = 0;
   for (const auto& [part, count] : j.at("parts").items()) sum += count.get<std::int64_t>();
   CHECK(sum == j.at("total").get<std::int64_t>());
@@ -122,22 +109,22 @@ TEST_CASE("wedge params counts without building: a model far too large to build 
   // 1.1 * 10^12 parameters (4.4 TB of weights): counted from the configuration alone.
   CHECK(params_total("--d-model 65536 --layers 64") == 1'110'148'055'040);
   const Run table = wedge_cli("params --d-model 65536 --layers 64");
-  CHECK(table.status == 0);
+  CHECK(table.exit_code() == 0);
   CHECK(table.out.find("1,110,148,055,040") != std::string::npos);
 
   const Run rank = wedge_cli("params --model grassmann --rank 300");
-  CHECK(rank.status == 1);
-  CHECK(rank.out.find("error: --rank 300 must be at most --d-model 256") != std::string::npos);
+  CHECK(rank.exit_code() == 1);
+  CHECK(rank.err.find("error: --rank 300 must be at most --d-model 256") != std::string::npos);
   const Run wide = wedge_cli("params --d-model 2000000");
-  CHECK(wide.status == 1);
-  CHECK(wide.out.find("error: --d-model 2000000 must be at most 1048576") != std::string::npos);
+  CHECK(wide.exit_code() == 1);
+  CHECK(wide.err.find("error: --d-model 2000000 must be at most 1048576") != std::string::npos);
   const Run overflow =
       wedge_cli("params --model sheaf --layers 4096 --types 4096 --section-dim 1048576 --cover-depth 6 --json");
-  CHECK(overflow.status == 1);
-  CHECK(overflow.out.find("error: the parameter count does not fit in 64 bits") != std::string::npos);
+  CHECK(overflow.exit_code() == 1);
+  CHECK(overflow.err.find("error: the parameter count does not fit in 64 bits") != std::string::npos);
   const Run nli = wedge_cli("params --task nli --layers 5000");
-  CHECK(nli.status == 1);
-  CHECK(nli.out.find("error: --layers must be at most 4096, got 5000") != std::string::npos);
+  CHECK(nli.exit_code() == 1);
+  CHECK(nli.err.find("error: --layers must be at most 4096, got 5000") != std::string::npos);
 }
 
 TEST_CASE("wedge audit-causal refuses a model this machine cannot hold before building it") {
@@ -148,15 +135,15 @@ TEST_CASE("wedge audit-causal refuses a model this machine cannot hold before bu
   }
   // 1.8 * 10^16 parameters: no machine holds their weights (72 PB).
   const Run r = wedge_cli("audit-causal --d-model 1048576 --layers 4096");
-  CHECK(r.status == 1);
-  CHECK_MESSAGE(r.out.find("error: the model has 18,023,265,400,258,560 parameters and needs ~") == 0, r.out);
-  CHECK(r.out.find("for its weights; this machine has") != std::string::npos);
+  CHECK(r.exit_code() == 1);
+  CHECK_MESSAGE(r.err.find("error: the model has 18,023,265,400,258,560 parameters and needs ~") == 0, r.text());
+  CHECK(r.err.find("for its weights; this machine has") != std::string::npos);
 }
 
 TEST_CASE("wedge ops lists every op with the CPU, and CUDA whenever it is built in") {
   if (!have_cli()) return;
   const Run r = wedge_cli("ops");
-  REQUIRE_MESSAGE(r.status == 0, r.out);
+  REQUIRE_MESSAGE(r.exit_code() == 0, r.text());
   const bool cuda_built = r.out.find("CUDA: built in") != std::string::npos;
   int rows = 0;
   std::size_t pos = r.out.find('\n') + 1;  // past the header
@@ -176,7 +163,7 @@ TEST_CASE("wedge ops lists every op with the CPU, and CUDA whenever it is built 
 TEST_CASE("wedge depsim: the paper's n, JSON fields, the scaling plot and one-line flag errors") {
   if (!have_cli()) return;
   Run r = wedge_cli("depsim --json");
-  REQUIRE_MESSAGE(r.status == 0, r.out);
+  REQUIRE_MESSAGE(r.exit_code() == 0, r.text());
   const auto j = nlohmann::json::parse(r.out);
   CHECK(j.at("n") == 32768);
   const std::int64_t true_edges = j.at("true_edges").at("total");
@@ -205,7 +192,7 @@ TEST_CASE("wedge depsim: the paper's n, JSON fields, the scaling plot and one-li
   const auto svg = std::filesystem::temp_directory_path() / "wedge_test_depsim.svg";
   std::filesystem::remove(svg);
   r = wedge_cli("depsim --scaling --plot " + svg.string());
-  REQUIRE_MESSAGE(r.status == 0, r.out);
+  REQUIRE_MESSAGE(r.exit_code() == 0, r.text());
   CHECK(r.out.find("1,048,576") != std::string::npos);
   CHECK(r.out.find("549,755,289,600") != std::string::npos);  // dense at n = 2^20
   std::ifstream in(svg);
@@ -223,8 +210,9 @@ TEST_CASE("wedge depsim: the paper's n, JSON fields, the scaling plot and one-li
            {"--cover-depth 0", "error: --cover-depth 0 must lie in [1, 6]"},
            {"--window-schedule 1,2", "error: --window-schedule has 2 offsets but --layers is 6"}}) {
     r = wedge_cli("depsim " + flags);
-    CHECK(r.status == 1);
-    CHECK_MESSAGE(r.out.rfind(message, 0) == 0, r.out);
-    CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 1);
+    CHECK(r.exit_code() == 1);
+    CHECK_MESSAGE(r.err.rfind(message, 0) == 0, r.text());
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(r.out.empty());
   }
 }

@@ -217,8 +217,8 @@ void check_run_folder(const std::string& run) {
   CHECK(logged >= step);
   const ShellRun resumed = shell(kEnv + " " + WEDGE_CLI + " train --resume --json --max-steps " + std::to_string(step + 2) +
                                  " --out " + run);
-  CHECK_MESSAGE(resumed.status == 0, resumed.out);
-  CHECK_MESSAGE(resumed.out.find("resumed from") != std::string::npos, resumed.out);
+  CHECK_MESSAGE(resumed.status == 0, resumed.text());
+  CHECK_MESSAGE(resumed.text().find("resumed from") != std::string::npos, resumed.text());
 }
 
 }  // namespace
@@ -272,9 +272,9 @@ TEST_CASE("a WEDGE_COMM_TIMEOUT that is not a number of seconds is an error nami
   const ShellRun r = shell(kEnv + " WEDGE_COMM_TIMEOUT=soon " + WEDGE_MPIRUN + " -np 2 " + WEDGE_CLI + " " + kEndless +
                            " --out " + run);
   CHECK(r.status != 0);
-  CHECK_MESSAGE(r.out.find("error: WEDGE_COMM_TIMEOUT is 'soon': it must be a number of seconds, 0 or more") !=
+  CHECK_MESSAGE(r.text().find("error: WEDGE_COMM_TIMEOUT is 'soon': it must be a number of seconds, 0 or more") !=
                     std::string::npos,
-                r.out);
+                r.text());
   CHECK(!fs::exists(run + "/config.json"));
   fs::remove_all(run);
 }

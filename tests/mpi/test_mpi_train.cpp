@@ -110,19 +110,20 @@ std::vector<std::string> differing_tensors(const std::string& a, const std::stri
   return differ;
 }
 
-// The run's result: the JSON object rank 0 prints last, on a line of its own.
-nlohmann::json result_of(const ShellRun& r) {
-  const std::size_t at = r.out.rfind("\n{"), from = at == std::string::npos ? 0 : at + 1;
-  return nlohmann::json::parse(r.out.substr(from, r.out.find('\n', from) - from));
-}
+// The run's result: the JSON object rank 0 prints last on standard output, a line of its own.
+nlohmann::json result_of(const ShellRun& r) { return r.last_json(); }
+
+// The lines of standard output. With --json a training prints one there, its result; under
+// mpirun only rank 0 writes to it.
+long stdout_lines(const ShellRun& r) { return std::count(r.out.begin(), r.out.end(), '\n'); }
 
 // `args` (a command line ending in --out) in one process into `alone`, then on n ranks
 // under mpirun into `split`; both must succeed.
 std::pair<ShellRun, ShellRun> alone_and_on(int n, const std::string& args, const std::string& alone, const std::string& split) {
   ShellRun a = one(args + alone);
-  REQUIRE_MESSAGE(a.status == 0, a.out);
+  REQUIRE_MESSAGE(a.status == 0, a.text());
   ShellRun b = ranks(n, args + split);
-  REQUIRE_MESSAGE(b.status == 0, b.out);
+  REQUIRE_MESSAGE(b.status == 0, b.text());
   return {a, b};
 }
 
@@ -149,12 +150,13 @@ TEST_CASE("mpirun -np 2 wedge train repeats the single-process run (TransformerL
     const std::string args = model_args(model) + " " + kTiny;
     const std::string single = fresh("one_" + model), two = fresh("two_" + model);
     const ShellRun a = one("train " + args + " --out " + single);
-    REQUIRE_MESSAGE(a.status == 0, a.out);
+    REQUIRE_MESSAGE(a.status == 0, a.text());
     const ShellRun b = ranks(2, "train " + args + " --out " + two);
-    REQUIRE_MESSAGE(b.status == 0, b.out);
-    CHECK(b.out.find("ranks: 2 processes") != std::string::npos);
+    REQUIRE_MESSAGE(b.status == 0, b.text());
+    CHECK(b.text().find("ranks: 2 processes") != std::string::npos);
     // Rank 0 alone reports: one "training:" line, one final JSON object.
-    CHECK(std::count(b.out.begin(), b.out.end(), '{') == std::count(a.out.begin(), a.out.end(), '{'));
+    CHECK(stdout_lines(a) == 1);
+    CHECK(stdout_lines(b) == 1);
     const Metrics ma = read_metrics(single), mb = read_metrics(two);
     CHECK(ma.losses.size() == 20);
     CHECK(ma.ppls.size() == 2);
@@ -169,11 +171,27 @@ TEST_CASE("mpirun -np 2 wedge train repeats the single-process run (TransformerL
   }
 }
 
+TEST_CASE("under mpirun standard output is rank 0's: what another rank prints there goes to its standard error") {
+  // mpirun forwards each rank's streams in pieces of whatever size it read, so another
+  // rank's line could otherwise land inside rank 0's result line. --version prints on every
+  // rank: once on standard output, and the other two ranks' copies on standard error.
+  const ShellRun r = ranks(3, "--version");
+  REQUIRE_MESSAGE(r.status == 0, r.text());
+  const auto copies = [](const std::string& s) {
+    long n = 0;
+    for (std::size_t at = s.find("CPU kernels: "); at != std::string::npos; at = s.find("CPU kernels: ", at + 1)) ++n;
+    return n;
+  };
+  CHECK_MESSAGE(copies(r.out) == 1, r.out);
+  CHECK_MESSAGE(copies(r.err) == 2, r.err);
+  CHECK(r.out.rfind("wedge ", 0) == 0);
+}
+
 TEST_CASE("a --batch that the ranks cannot share evenly is one clear error, before any run folder exists") {
   const std::string out = fresh("odd");
   const ShellRun r = ranks(2, "train " + kSizes + " --batch 3 --out " + out);
   CHECK(r.status != 0);
-  CHECK_MESSAGE(r.out.find("error: --batch is 3, not divisible by the 2 processes") != std::string::npos, r.out);
+  CHECK_MESSAGE(r.text().find("error: --batch is 3, not divisible by the 2 processes") != std::string::npos, r.text());
   CHECK(!fs::exists(out + "/config.json"));
   fs::remove_all(out);
 }
@@ -183,11 +201,11 @@ TEST_CASE("a checkpoint written by 2 ranks resumes in 1 process, and one written
   const std::string single = fresh("whole"), split = fresh("split");
   REQUIRE(one("train " + args + " --out " + single).status == 0);
   const ShellRun first = ranks(2, "train " + args + " --stop-after 13 --out " + split);
-  REQUIRE_MESSAGE(first.status == 0, first.out);
+  REQUIRE_MESSAGE(first.status == 0, first.text());
   CHECK(read_metrics(split).losses.size() == 13);
   const ShellRun second = one("train --resume --json --out " + split);
-  REQUIRE_MESSAGE(second.status == 0, second.out);
-  CHECK(second.out.find("resumed from") != std::string::npos);
+  REQUIRE_MESSAGE(second.status == 0, second.text());
+  CHECK(second.text().find("resumed from") != std::string::npos);
   check_close(read_metrics(single).losses, read_metrics(split).losses, "loss");
   CHECK(max_weight_difference(single + "/last.safetensors", split + "/last.safetensors") <= kWeightTolerance);
   // The other way round: 1 process first, then 2 ranks, with dropout on (its stream's state
@@ -196,8 +214,8 @@ TEST_CASE("a checkpoint written by 2 ranks resumes in 1 process, and one written
   REQUIRE(one("train " + with_dropout + " --out " + whole).status == 0);
   REQUIRE(one("train " + with_dropout + " --stop-after 7 --out " + joined).status == 0);
   const ShellRun grown = ranks(2, "train --resume --json --out " + joined);
-  REQUIRE_MESSAGE(grown.status == 0, grown.out);
-  CHECK(grown.out.find("ranks: 2 processes") != std::string::npos);
+  REQUIRE_MESSAGE(grown.status == 0, grown.text());
+  CHECK(grown.text().find("ranks: 2 processes") != std::string::npos);
   check_close(read_metrics(whole).losses, read_metrics(joined).losses, "loss");
   CHECK(max_weight_difference(whole + "/last.safetensors", joined + "/last.safetensors") <= kWeightTolerance);
   for (const std::string& dir : {single, split, whole, joined}) fs::remove_all(dir);
@@ -220,10 +238,10 @@ TEST_CASE("an epoch's short last batch may leave a rank no rows: it still joins 
                            "/vocab.txt --layers 1 --d-model 16 --d-ff 32 --heads 2 --block 8 --batch 4 --epochs 2 "
                            "--dropout 0.1 --json --out ";
   const ShellRun a = one(args + dir + "/one");
-  REQUIRE_MESSAGE(a.status == 0, a.out);
-  REQUIRE_MESSAGE(a.out.find("training: 10 steps (5 per epoch)") != std::string::npos, a.out);
+  REQUIRE_MESSAGE(a.status == 0, a.text());
+  REQUIRE_MESSAGE(a.text().find("training: 10 steps (5 per epoch)") != std::string::npos, a.text());
   const ShellRun b = ranks(2, args + dir + "/two");
-  REQUIRE_MESSAGE(b.status == 0, b.out);
+  REQUIRE_MESSAGE(b.status == 0, b.text());
   const Metrics ma = read_metrics(dir + "/one"), mb = read_metrics(dir + "/two");
   CHECK(ma.losses.size() == 10);
   check_close(ma.losses, mb.losses, "loss");
@@ -241,12 +259,12 @@ TEST_CASE("--deterministic: 1, 2 and 4 processes give bit-identical weights and 
     const std::string args = "train " + model_args(model) + " " + kPieces + " --out ";
     const std::string n1 = fresh("det1_" + model), n2 = fresh("det2_" + model), n4 = fresh("det4_" + model);
     const ShellRun a = one(args + n1);
-    REQUIRE_MESSAGE(a.status == 0, a.out);
-    CHECK_MESSAGE(a.out.find("pieces: every batch in 4 pieces of 2 rows, 4 per process") != std::string::npos, a.out);
+    REQUIRE_MESSAGE(a.status == 0, a.text());
+    CHECK_MESSAGE(a.text().find("pieces: every batch in 4 pieces of 2 rows, 4 per process") != std::string::npos, a.text());
     const ShellRun b = ranks(2, args + n2);
-    REQUIRE_MESSAGE(b.status == 0, b.out);
+    REQUIRE_MESSAGE(b.status == 0, b.text());
     const ShellRun c = ranks(4, args + n4);
-    REQUIRE_MESSAGE(c.status == 0, c.out);
+    REQUIRE_MESSAGE(c.status == 0, c.text());
     CHECK(differing_tensors(n1 + "/last.safetensors", n2 + "/last.safetensors").empty());
     CHECK(differing_tensors(n1 + "/last.safetensors", n4 + "/last.safetensors").empty());
     // The evaluations, summed over the ranks' batches, agree up to the order of their sums.
@@ -283,7 +301,7 @@ TEST_CASE("--micro-batch in one process accumulates the whole batch's gradient")
   const std::string whole = fresh("acc_whole"), pieces = fresh("acc_pieces");
   REQUIRE(one(args + whole).status == 0);
   const ShellRun r = one(args + pieces + " --micro-batch 2");
-  REQUIRE_MESSAGE(r.status == 0, r.out);
+  REQUIRE_MESSAGE(r.status == 0, r.text());
   check_close(read_metrics(whole).losses, read_metrics(pieces).losses, "loss");
   CHECK(max_weight_difference(whole + "/last.safetensors", pieces + "/last.safetensors") <= kWeightTolerance);
   // SheafStateLM's balance term is no mean over rows: each piece first counts the whole
@@ -293,8 +311,8 @@ TEST_CASE("--micro-batch in one process accumulates the whole batch's gradient")
   const std::string s_whole = fresh("acc_sheaf_whole"), s_pieces = fresh("acc_sheaf_pieces"), s_two = fresh("acc_sheaf_two");
   REQUIRE(one(sheaf + s_whole).status == 0);
   const ShellRun s = one(sheaf + s_pieces + " --micro-batch 2");
-  REQUIRE_MESSAGE(s.status == 0, s.out);
-  CHECK_MESSAGE(s.out.find("each piece first runs forward once without gradients") != std::string::npos, s.out);
+  REQUIRE_MESSAGE(s.status == 0, s.text());
+  CHECK_MESSAGE(s.text().find("each piece first runs forward once without gradients") != std::string::npos, s.text());
   REQUIRE(ranks(2, sheaf + s_two + " --micro-batch 2").status == 0);
   for (const std::string& run : {s_pieces, s_two}) {
     INFO(run);
@@ -314,17 +332,17 @@ TEST_CASE("--zero 1 shards the moments and changes no bit; its checkpoints resum
     const std::string plain = fresh("plain_" + model), zero = fresh("zero_" + model);
     REQUIRE(ranks(2, args + plain).status == 0);
     const ShellRun z = ranks(2, args + zero + " --zero 1");
-    REQUIRE_MESSAGE(z.status == 0, z.out);
-    CHECK_MESSAGE(z.out.find("ZeRO-1: each keeps the optimizer state of") != std::string::npos, z.out);
+    REQUIRE_MESSAGE(z.status == 0, z.text());
+    CHECK_MESSAGE(z.text().find("ZeRO-1: each keeps the optimizer state of") != std::string::npos, z.text());
     CHECK(differing_tensors(plain + "/last.safetensors", zero + "/last.safetensors").empty());
     // Stopped on 2 sharded ranks, resumed in 1 process; stopped in 1, resumed on 4 sharded.
     const std::string down = fresh("zero_down_" + model), up = fresh("zero_up_" + model);
     REQUIRE(ranks(2, args + down + " --zero 1 --stop-after 13").status == 0);
     const ShellRun d = one("train --resume --json --out " + down);
-    REQUIRE_MESSAGE(d.status == 0, d.out);
+    REQUIRE_MESSAGE(d.status == 0, d.text());
     REQUIRE(one(args + up + " --stop-after 7").status == 0);
     const ShellRun u = ranks(4, "train --resume --zero 1 --json --out " + up);
-    REQUIRE_MESSAGE(u.status == 0, u.out);
+    REQUIRE_MESSAGE(u.status == 0, u.text());
     CHECK(differing_tensors(plain + "/last.safetensors", down + "/last.safetensors").empty());
     CHECK(differing_tensors(plain + "/last.safetensors", up + "/last.safetensors").empty());
     for (const std::string& dir : {plain, zero, down, up}) fs::remove_all(dir);
@@ -345,7 +363,7 @@ TEST_CASE("pieces that cannot be shared, or a fixed order that cannot hold, are 
     INFO(flags);
     const ShellRun r = n == 1 ? one("train " + kSizes + " " + flags + " --out " + out) : ranks(n, "train " + kSizes + " " + flags + " --out " + out);
     CHECK(r.status != 0);
-    CHECK_MESSAGE(r.out.find("error: " + message) != std::string::npos, r.out);
+    CHECK_MESSAGE(r.text().find("error: " + message) != std::string::npos, r.text());
     CHECK(!fs::exists(out + "/config.json"));
   }
   fs::remove_all(out);
@@ -365,7 +383,7 @@ TEST_CASE("the sum over ranks overlaps the backward pass and keeps the bits of o
   CHECK(result.at("comm_bytes_per_step").get<double>() > 4.0 * 1e6);  // one copy of a ~1.6 M float gradient
   // ZeRO-1: the buckets' reduce-scatters leave during the backward too, with the same bits.
   const ShellRun z = ranks(2, args + z2 + " --zero 1");
-  REQUIRE_MESSAGE(z.status == 0, z.out);
+  REQUIRE_MESSAGE(z.status == 0, z.text());
   CHECK(differing_tensors(n1 + "/last.safetensors", z2 + "/last.safetensors").empty());
   CHECK(result_of(z).at("comm_overlap").get<double>() > 0.5);
   fs::remove_all(z2);
@@ -388,7 +406,7 @@ TEST_CASE("--task nli under mpirun: 2 processes repeat one; --deterministic give
   {
     const std::string n1 = fresh("nli1"), n2 = fresh("nli2");
     const auto [a, b] = alone_and_on(2, args + "--out ", n1, n2);
-    CHECK_MESSAGE(b.out.find("ranks: 2 processes (MPI), each computing 16 rows of every batch of 32") != std::string::npos, b.out);
+    CHECK_MESSAGE(b.text().find("ranks: 2 processes (MPI), each computing 16 rows of every batch of 32") != std::string::npos, b.text());
     // The training losses and the selection losses agree up to the order of float sums.
     const Metrics ma = read_metrics(n1), mb = read_metrics(n2);
     CHECK(ma.losses.size() == 2 * 3 + 2);  // 3 steps and one selection per epoch
@@ -398,7 +416,8 @@ TEST_CASE("--task nli under mpirun: 2 processes repeat one; --deterministic give
     const auto ra = result_of(a), rb = result_of(b);
     CHECK(std::abs(ra["select"]["correct"].get<int>() - rb["select"]["correct"].get<int>()) <= 1);
     CHECK(ra["test"]["count"] == rb["test"]["count"]);
-    CHECK(std::count(b.out.begin(), b.out.end(), '{') == std::count(a.out.begin(), a.out.end(), '{'));
+    CHECK(stdout_lines(a) == 1);
+    CHECK(stdout_lines(b) == 1);
     fs::remove_all(n1);
     fs::remove_all(n2);
   }
@@ -409,7 +428,7 @@ TEST_CASE("--task nli under mpirun: 2 processes repeat one; --deterministic give
     const std::string n1 = fresh("nli_fixed1"), n2 = fresh("nli_fixed2"), n4 = fresh("nli_fixed4");
     const auto [a, b] = alone_and_on(2, fixed, n1, n2);
     const ShellRun c = ranks(4, fixed + n4 + " --zero 1");
-    REQUIRE_MESSAGE(c.status == 0, c.out);
+    REQUIRE_MESSAGE(c.status == 0, c.text());
     for (const char* name : {"/last.safetensors", "/best.safetensors"}) {
       CHECK(differing_tensors(n1 + name, n2 + name).empty());
       CHECK(differing_tensors(n1 + name, n4 + name).empty());
@@ -434,7 +453,7 @@ TEST_CASE("GPU ranks sum through NCCL with the bits of the host's sums (runs whe
   const std::string args = "train --device cuda " + model_args("grassmann") + " " + kPieces + " --out ";
   const std::string plain = fresh("gpu_plain"), nccl = fresh("gpu_nccl1");
   const auto [a, b] = alone_and_on(1, args, plain, nccl);
-  CHECK_MESSAGE(result_of(b).at("collectives").get<std::string>().rfind("NCCL ", 0) == 0, b.out);
+  CHECK_MESSAGE(result_of(b).at("collectives").get<std::string>().rfind("NCCL ", 0) == 0, b.text());
   CHECK(result_of(a).at("collectives").get<std::string>().empty());
   CHECK(differing_tensors(plain + "/last.safetensors", nccl + "/last.safetensors").empty());
   std::vector<std::string> dirs = {plain, nccl};
@@ -443,10 +462,10 @@ TEST_CASE("GPU ranks sum through NCCL with the bits of the host's sums (runs whe
   if (wedge::cuda::device_count() >= 2) {
     const std::string two = fresh("gpu_nccl2"), zero = fresh("gpu_nccl2_zero");
     const ShellRun c = ranks(2, args + two);
-    REQUIRE_MESSAGE(c.status == 0, c.out);
-    CHECK_MESSAGE(c.out.find("(NCCL ") != std::string::npos, c.out);
+    REQUIRE_MESSAGE(c.status == 0, c.text());
+    CHECK_MESSAGE(c.text().find("(NCCL ") != std::string::npos, c.text());
     const ShellRun d = ranks(2, args + zero + " --zero 1");
-    REQUIRE_MESSAGE(d.status == 0, d.out);
+    REQUIRE_MESSAGE(d.status == 0, d.text());
     // The buckets went on the collectives' own stream during the backward pass.
     CHECK(result_of(c).at("comm_overlap").get<double>() > 0.5);
     CHECK(result_of(d).at("comm_overlap").get<double>() > 0.5);

@@ -74,7 +74,7 @@ TEST_CASE("Ctrl-C finishes the step, writes a checkpoint and exits cleanly; --re
   const std::size_t steps_done = count_lines(out + "/metrics.jsonl");
   Run resumed = run("train --resume --out " + out + " --stop-after 2 --log-every 1");
   CHECK(WEXITSTATUS(resumed.status) == 0);
-  CHECK(resumed.out.find("resumed from") != std::string::npos);
+  CHECK(resumed.text().find("resumed from") != std::string::npos);
   CHECK(count_lines(out + "/metrics.jsonl") >= steps_done + 2);
   fs::remove_all(out);
 }
@@ -87,7 +87,7 @@ TEST_CASE("a diverging run stops with a clear message and keeps the last good ch
   const std::string out = temp_dir("nan");
   Run r = run(std::string("train --out ") + out + " " + kTiny + " --lr 1e30 --clip 1e30 --warmup 0 --max-steps 50");
   CHECK(r.status != 0);
-  CHECK(r.out.find("error: train: the loss became") != std::string::npos);
+  CHECK(r.text().find("error: train: the loss became") != std::string::npos);
   fs::remove_all(out);
 }
 
@@ -99,10 +99,10 @@ TEST_CASE("eval and generate read a run directory; bad input is named") {
   const std::string out = temp_dir("use");
   Run t = run(std::string("train --out ") + out + " " + kTiny + " --max-steps 20 --eval-every 10");
   REQUIRE(t.status == 0);
-  CHECK(t.out.find("sample: ") != std::string::npos);
+  CHECK(t.text().find("sample: ") != std::string::npos);
   Run e = run("eval --run " + out + " --split test");
   CHECK(e.status == 0);
-  CHECK(e.out.find("synthetic test perplexity") != std::string::npos);
+  CHECK(e.text().find("synthetic test perplexity") != std::string::npos);
   Run g1 = run("generate --run " + out + " --prompt \"the cat\" --max-new-tokens 8 --seed 5");
   Run g2 = run("generate --run " + out + " --prompt \"the cat\" --max-new-tokens 8 --seed 5");
   CHECK(g1.status == 0);
@@ -110,10 +110,10 @@ TEST_CASE("eval and generate read a run directory; bad input is named") {
   CHECK(g1.out.rfind("the cat ", 0) == 0);
   Run missing = run("eval --run " + out + "_nope");
   CHECK(missing.status != 0);
-  CHECK(missing.out.find("config.json is missing") != std::string::npos);
+  CHECK(missing.text().find("config.json is missing") != std::string::npos);
   Run nodata = run("train --data wikitext2 --data-dir /nonexistent/wt2 --out " + out + "_wt");
   CHECK(nodata.status != 0);
-  CHECK(nodata.out.find("/nonexistent/wt2") != std::string::npos);
+  CHECK(nodata.text().find("/nonexistent/wt2") != std::string::npos);
   Run plot = run("plot " + out + " -o " + out + "/curves.svg");
   CHECK(plot.status == 0);
   CHECK(fs::exists(out + "/curves.svg"));
@@ -137,16 +137,16 @@ TEST_CASE("train --data text through the command line; its flags are refused els
   Run t = run("train --data text --train " + dir + "/mine.txt --vocab " + dir +
               "/vocab.txt --layers 1 --d-model 16 --d-ff 32 --heads 2 --block 16 --batch 4 --max-steps 5 --out " + out);
   CHECK(t.status == 0);
-  CHECK(t.out.find("validation: the last 5 %") != std::string::npos);
+  CHECK(t.text().find("validation: the last 5 %") != std::string::npos);
   Run e = run("eval --run " + out + " --split valid");
   CHECK(e.status == 0);
-  CHECK(e.out.find("text valid perplexity") != std::string::npos);
+  CHECK(e.text().find("text valid perplexity") != std::string::npos);
   Run no_test = run("eval --run " + out + " --split test");
   CHECK(no_test.status != 0);
-  CHECK(no_test.out.find("--test FILE") != std::string::npos);
+  CHECK(no_test.text().find("--test FILE") != std::string::npos);
   Run misplaced = run("train --train " + dir + "/mine.txt --out " + out + "_x");
   CHECK(misplaced.status != 0);
-  CHECK(misplaced.out.find("--data text only") != std::string::npos);
+  CHECK(misplaced.text().find("--data text only") != std::string::npos);
   fs::remove_all(dir);
 }
 
@@ -181,13 +181,14 @@ TEST_CASE("a bad flag is one `error:` line naming it, and exit status 1") {
     const Run r = run(args);
     CHECK(WIFEXITED(r.status));
     CHECK(WEXITSTATUS(r.status) == 1);
-    CHECK(r.out.rfind("error: ", 0) == 0);
-    CHECK(r.out.find(named) != std::string::npos);
-    CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 1);
+    CHECK(r.err.rfind("error: ", 0) == 0);
+    CHECK(r.err.find(named) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(r.out.empty());
   }
   const Run help = run("classify --help");
   CHECK(WEXITSTATUS(help.status) == 0);
-  CHECK(help.out.find("premise<TAB>hypothesis") != std::string::npos);
+  CHECK(help.text().find("premise<TAB>hypothesis") != std::string::npos);
 }
 
 TEST_CASE("--version names the version and the build") {
@@ -198,9 +199,9 @@ TEST_CASE("--version names the version and the build") {
   const Run v = run("--version");
   CHECK(WEXITSTATUS(v.status) == 0);
   CHECK(v.out.rfind("wedge ", 0) == 0);
-  CHECK(v.out.find("CPU kernels: ") != std::string::npos);
-  CHECK(v.out.find("CUDA backend: ") != std::string::npos);
-  CHECK(v.out.find(wedge::dist::mpi_built() ? "data parallel: MPI" : "data parallel: not built") != std::string::npos);
+  CHECK(v.text().find("CPU kernels: ") != std::string::npos);
+  CHECK(v.text().find("CUDA backend: ") != std::string::npos);
+  CHECK(v.text().find(wedge::dist::mpi_built() ? "data parallel: MPI" : "data parallel: not built") != std::string::npos);
 }
 
 namespace {
@@ -237,7 +238,7 @@ TEST_CASE("two trainings on one folder: the second fails at once and the first i
   for (const std::string& args : {"train --overwrite --out " + out, "train --resume --out " + out}) {
     const Run second = run(args + " --max-steps 5");
     CHECK(WEXITSTATUS(second.status) == 1);
-    CHECK(second.out.find("is in use by another training (process " + std::to_string(first) + ")") != std::string::npos);
+    CHECK(second.text().find("is in use by another training (process " + std::to_string(first) + ")") != std::string::npos);
   }
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));
   ::kill(first, SIGINT);
@@ -305,8 +306,8 @@ TEST_CASE("divergence: a run at --lr 100 stops with a message and status 1; no c
   CHECK(WEXITSTATUS(r.status) == 1);
   // Which check stops it first depends on the kernels' rounding: a non-finite training loss,
   // or a validation perplexity past any sane bound.
-  CHECK((r.out.find("the run diverged") != std::string::npos || r.out.find("the loss became") != std::string::npos));
-  CHECK(r.out.find("The last good checkpoint is") != std::string::npos);
+  CHECK((r.text().find("the run diverged") != std::string::npos || r.text().find("the loss became") != std::string::npos));
+  CHECK(r.text().find("The last good checkpoint is") != std::string::npos);
   const Run e = run("eval --run " + out);
   CHECK(WEXITSTATUS(e.status) == 1);  // nothing to evaluate: an error, never "perplexity nan"
   fs::remove_all(out);
@@ -328,7 +329,7 @@ TEST_CASE("a full disk stops the run with one error line; the previous checkpoin
   // disk. SIGXFSZ is ignored so that the write returns the error instead of killing.
   const Run r = shell("bash -c \"trap '' XFSZ; ulimit -f 20; exec " + std::string(WEDGE_CLI) + " train --resume --out " + out + "\"");
   CHECK(WEXITSTATUS(r.status) == 1);
-  CHECK(r.out.find("error: cannot write " + out + "/") != std::string::npos);
+  CHECK(r.text().find("error: cannot write " + out + "/") != std::string::npos);
   CHECK(slurp(out + "/last.safetensors") == last);
   CHECK(slurp(out + "/config.json") == config);
   for (const auto& e : fs::directory_iterator(out)) CHECK(e.path().string().find(".tmp") == std::string::npos);
@@ -343,29 +344,29 @@ TEST_CASE("--precision bf16: the startup line names the GEMM path; bench-step's 
   const std::string out = temp_dir("bf16");
   Run t = run("train --out " + out + " " + kTiny + " --max-steps 6 --precision bf16");
   REQUIRE(t.status == 0);
-  CHECK(t.out.find(", bf16 (GEMM: ") != std::string::npos);
+  CHECK(t.text().find(", bf16 (GEMM: ") != std::string::npos);
   std::ifstream config(out + "/config.json");
   const std::string text((std::istreambuf_iterator<char>(config)), std::istreambuf_iterator<char>());
   CHECK(text.find("\"precision\": \"bf16\"") != std::string::npos);
   // eval runs in the run's precision unless told otherwise
   Run e = run("eval --run " + out + " --json");
   CHECK(e.status == 0);
-  CHECK(e.out.find("\"precision\":\"bf16\"") != std::string::npos);
+  CHECK(e.text().find("\"precision\":\"bf16\"") != std::string::npos);
   Run e32 = run("eval --run " + out + " --json --precision fp32");
-  CHECK(e32.out.find("\"precision\":\"fp32\"") != std::string::npos);
+  CHECK(e32.text().find("\"precision\":\"fp32\"") != std::string::npos);
   Run b = run("bench-step --layers 1 --d-model 16 --d-ff 32 --heads 2 --block 16 --batch 2 --steps 1 --warmup-steps 0 "
               "--precision bf16 --json");
   REQUIRE(b.status == 0);
-  CHECK(b.out.find("\"precision\":\"bf16\"") != std::string::npos);
-  CHECK(b.out.find("\"kernels\":\"bf16 (GEMM: ") != std::string::npos);
+  CHECK(b.text().find("\"precision\":\"bf16\"") != std::string::npos);
+  CHECK(b.text().find("\"kernels\":\"bf16 (GEMM: ") != std::string::npos);
   // the fallback forced through the environment is reported as such
   Run forced = shell("WEDGE_BF16_GEMM=fp32 " + std::string(WEDGE_CLI) +
                      " bench-step --layers 1 --d-model 16 --d-ff 32 --heads 2 --block 16 --batch 2 --steps 1 "
                      "--warmup-steps 0 --precision bf16 --json");
   REQUIRE(forced.status == 0);
-  CHECK(forced.out.find("\"kernels\":\"bf16 (GEMM: fp32 ") != std::string::npos);
+  CHECK(forced.text().find("\"kernels\":\"bf16 (GEMM: fp32 ") != std::string::npos);
   Run ops = shell("WEDGE_BF16_GEMM=fp32 " + std::string(WEDGE_CLI) + " ops");
-  CHECK(ops.out.find("bf16 GEMM: fp32 (") != std::string::npos);
+  CHECK(ops.text().find("bf16 GEMM: fp32 (") != std::string::npos);
   fs::remove_all(out);
 }
 
@@ -377,18 +378,18 @@ TEST_CASE("--data depsim: train scores the probe at each evaluation, eval prints
   const std::string dir = temp_dir("depsim");
   const Run t = run(std::string("train --model grassmann --rank 4 --data depsim ") + kTiny + " --max-steps 4 --out " + dir);
   REQUIRE(t.status == 0);
-  CHECK(t.out.find("data: dependency probe: documents of 16 tokens") != std::string::npos);
-  CHECK(t.out.find("dependencies  1: ") != std::string::npos);
+  CHECK(t.text().find("data: dependency probe: documents of 16 tokens") != std::string::npos);
+  CHECK(t.text().find("dependencies  1: ") != std::string::npos);
   const Run e = run("eval --run " + dir + " --split test");
   REQUIRE(e.status == 0);
-  CHECK(e.out.find("depsim test perplexity") != std::string::npos);
-  CHECK(e.out.find("accuracy on the dependent targets") != std::string::npos);
-  for (const char* row : {"        1  ", "      2-3  ", "      4-7  ", "     8-15  "}) CHECK(e.out.find(row) != std::string::npos);
+  CHECK(e.text().find("depsim test perplexity") != std::string::npos);
+  CHECK(e.text().find("accuracy on the dependent targets") != std::string::npos);
+  for (const char* row : {"        1  ", "      2-3  ", "      4-7  ", "     8-15  "}) CHECK(e.text().find(row) != std::string::npos);
   const Run j = run("eval --run " + dir + " --json");
   REQUIRE(j.status == 0);
-  CHECK(j.out.find("\"dependencies\":{\"accuracy\":[") != std::string::npos);
+  CHECK(j.text().find("\"dependencies\":{\"accuracy\":[") != std::string::npos);
   const Run bad = run(std::string("train --data depsim --block 8 --layers 1 --d-model 16 --max-steps 1 --out ") + dir + "_bad");
   CHECK(bad.status != 0);
-  CHECK(bad.out.find("depsim: the document length (--block) is 8; it must be between 16 and 1048576") != std::string::npos);
+  CHECK(bad.text().find("depsim: the document length (--block) is 8; it must be between 16 and 1048576") != std::string::npos);
   fs::remove_all(dir);
 }

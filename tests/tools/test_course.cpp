@@ -40,14 +40,14 @@ TEST_CASE("course: every exercise region is well formed and graded, and the stud
   }
   const std::string tool = "bash '" + (kSource / "tools/course.sh").string() + "'";
   const Run check = shell(tool + " check");
-  INFO(check.out);
+  INFO(check.text());
   REQUIRE(check.status == 0);
-  CHECK(check.out.find("every region well formed and graded") != std::string::npos);
+  CHECK(check.text().find("every region well formed and graded") != std::string::npos);
 
   const fs::path dest = fs::temp_directory_path() / "wedge_course_student";
   fs::remove_all(dest);
   const Run make = shell(tool + " make '" + dest.string() + "'");
-  INFO(make.out);
+  INFO(make.text());
   REQUIRE(make.status == 0);
   // A solution is gone, its throw is there, the markers stay for the student to see.
   const std::string mul = slurp(dest / "ops/elementwise.cpp");
@@ -69,6 +69,6 @@ TEST_CASE("course: every exercise region is well formed and graded, and the stud
   // A second make into the same folder is refused.
   const Run again = shell(tool + " make '" + dest.string() + "'");
   CHECK(again.status != 0);
-  CHECK(again.out.find("already exists") != std::string::npos);
+  CHECK(again.text().find("already exists") != std::string::npos);
   fs::remove_all(dest);
 }

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -148,28 +149,22 @@ TEST_CASE("train --task nli end to end: metrics, checkpoints, test report, major
   CHECK(drawn.find("selection accuracy") != std::string::npos);
   CHECK(drawn.find("nli, sheaf") != std::string::npos);
   // Through the binary: eval prints the confusion matrix; classify reads pairs.
-  auto run = [](const std::string& args) {
-    std::string out;
-    std::FILE* p = ::popen((std::string(WEDGE_CLI) + " " + args + " 2>&1").c_str(), "r");
-    char buf[4096];
-    while (p != nullptr && std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
-    const int status = p != nullptr ? ::pclose(p) : -1;
-    return std::pair{status, out};
-  };
-  const auto [eval_status, eval_out] = run("eval --run " + s.out + " --split test");
-  CHECK(eval_status == 0);
-  CHECK(eval_out.find("confusion") != std::string::npos);
+  const auto run = [](const std::string& args) { return wedge::testing::shell(std::string(WEDGE_CLI) + " " + args); };
+  const wedge::testing::ShellRun evaluated = run("eval --run " + s.out + " --split test");
+  CHECK(evaluated.status == 0);
+  CHECK(evaluated.out.find("confusion") != std::string::npos);
   std::ofstream(s.out + "/pairs.tsv") << "a man sits .\ta man sits outside .\n\nthe cat sleeps .\ta dog runs .\n";
-  const auto [classify_status, classify_out] = run("classify --run " + s.out + " --file " + s.out + "/pairs.tsv --json");
-  CHECK(classify_status == 0);
+  const wedge::testing::ShellRun classified = run("classify --run " + s.out + " --file " + s.out + "/pairs.tsv --json");
+  CHECK(classified.status == 0);
+  std::istringstream classify_lines(classified.out);
   int lines = 0;
-  for (std::size_t at = 0; (at = classify_out.find("\"probabilities\"", at)) != std::string::npos; ++at) ++lines;
+  for (std::string line; std::getline(classify_lines, line); ++lines) CHECK(nlohmann::json::parse(line).contains("probabilities"));
   CHECK(lines == 2);
   std::ofstream(s.out + "/bad.tsv") << "a man sits . no tab\n";
-  const auto [bad_status, bad_out] = run("classify --run " + s.out + " --file " + s.out + "/bad.tsv");
-  CHECK(bad_status != 0);
-  CHECK(bad_out.find("bad.tsv:1: expected premise<TAB>hypothesis") != std::string::npos);
-  const auto [flag_status, flag_out] = run("train --task nli --block 64 --out " + s.out + "_x");
-  CHECK(flag_status != 0);
-  CHECK(flag_out.find("--block") != std::string::npos);
+  const wedge::testing::ShellRun bad = run("classify --run " + s.out + " --file " + s.out + "/bad.tsv");
+  CHECK(bad.status != 0);
+  CHECK(bad.err.find("bad.tsv:1: expected premise<TAB>hypothesis") != std::string::npos);
+  const wedge::testing::ShellRun flag = run("train --task nli --block 64 --out " + s.out + "_x");
+  CHECK(flag.status != 0);
+  CHECK(flag.err.find("--block") != std::string::npos);
 }

@@ -1,5 +1,5 @@
-// Shared by the trainer tests: fresh run directories, the per-step losses a run logged, a
-// shell command's exit status and output, and a small SNLI folder.
+// Shared by the trainer tests: fresh run directories, the per-step losses a run logged, and
+// a small SNLI folder (commands are run with shell.h).
 #pragma once
 
 #include <unistd.h>
@@ -15,24 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include "models/lm.h"
+#include "shell.h"
 
 namespace wedge::testing {
-
-struct ShellRun {
-  int status = -1;
-  std::string out;  // stdout and stderr together
-};
-
-// Runs a shell command line; throws when the shell cannot be started.
-inline ShellRun shell(const std::string& command) {
-  ShellRun r;
-  std::FILE* p = ::popen((command + " 2>&1").c_str(), "r");
-  if (p == nullptr) throw std::runtime_error("cannot start a shell for: " + command);
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p) != nullptr) r.out += buf;
-  r.status = ::pclose(p);
-  return r;
-}
 
 inline std::string fresh_run_dir(const std::string& name) {
   const auto p = std::filesystem::temp_directory_path() / ("wedge_run_" + std::to_string(::getpid()) + "_" + name);
