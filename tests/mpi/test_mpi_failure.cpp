@@ -84,16 +84,18 @@ bool holds(const std::vector<std::string>& entries, const std::string& entry) {
   return std::find(entries.begin(), entries.end(), entry) != entries.end();
 }
 
-// `mpirun -np 2 wedge ARGS` in the background, its output in `log`. Every process of the job
-// carries a variable naming this job in its environment (mpirun hands its own to the ranks
-// it starts), so they can be found, and ended, even once mpirun is gone. The destructor
-// kills whatever is left of them, stopped processes included, and reaps mpirun.
+// `mpirun -np 2 wedge ARGS` in the background, its standard error (where the messages the
+// tests look for go) in `log`, its standard output apart in `log`.stdout, so that no piece
+// of one lands inside a line of the other. Every process of the job carries a variable
+// naming this job in its environment (mpirun hands its own to the ranks it starts), so they
+// can be found, and ended, even once mpirun is gone. The destructor kills whatever is left
+// of them, stopped processes included, and reaps mpirun.
 class BackgroundJob {
  public:
   BackgroundJob(const std::string& name, const std::string& env, const std::string& args, const std::string& log)
       : tag_("WEDGE_FAILURE_TEST_JOB=" + std::to_string(::getpid()) + "_" + name) {
     const std::string command = "exec env " + kEnv + " " + tag_ + " " + env + " " + WEDGE_MPIRUN + " -np 2 " + WEDGE_CLI +
-                                " " + args + " > " + log + " 2>&1";
+                                " " + args + " > " + log + ".stdout 2> " + log;
     pid_ = ::fork();
     REQUIRE(pid_ >= 0);
     if (pid_ == 0) {
