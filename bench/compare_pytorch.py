@@ -52,24 +52,46 @@ def reexec_with_env():
 
 
 def patch_scan(torch, u, dt, A, B, C, D, h0, P):
-    """The selective scan of every patch of P tokens at once (a loop over the P positions of
-    a patch, vectorised over batch, patches, channels and states), from the states h0
-    (batch, patches, E, N), or from zeros."""
+    """The selective scan of every patch of P tokens at once, from the states h0 (batch,
+    patches, E, N), or from zeros: h_k = exp(dt_k A) h_{k-1} + dt_k u_k B_k,
+    y_k = C_k . h_k + D u_k. The decays exp(dt A) and inputs dt u B of all positions are
+    formed in two ops, and then each position is one addcmul and one batched mat-vec (over
+    batch, patches, channels and states) — 2 ops a position where writing the recurrence
+    out takes 8, in time and in backward. In fp32 under autocast too, as wedge's scan."""
     F = torch.nn.functional
-    Bt, L, E = u.shape
-    nP, N = -(-L // P), A.shape[1]
-    pad = nP * P - L
+    with torch.autocast(u.device.type, enabled=False):
+        u, B, C = u.to(A.dtype), B.to(A.dtype), C.to(A.dtype)
+        Bt, L, E = u.shape
+        nP, N = -(-L // P), A.shape[1]
+        pad = nP * P - L
 
-    def patches(x):  # (Bt, L, ...) -> (Bt, nP, P, ...)
-        return F.pad(x, (0, 0, 0, pad)).view(Bt, nP, P, x.shape[-1])
-    u4, dt4, B4, C4 = patches(u), patches(dt), patches(B), patches(C)
-    h = h0 if h0 is not None else torch.zeros(Bt, nP, E, N)
+        def patches(x):  # (Bt, L, ...) -> (Bt, nP, P, ...)
+            return F.pad(x, (0, 0, 0, pad)).view(Bt, nP, P, x.shape[-1])
+        u4, dt4, B4, C4 = patches(u), patches(dt), patches(B), patches(C)
+        decay = torch.exp(dt4[..., None] * A)                        # (Bt, nP, P, E, N)
+        inject = (dt4 * u4)[..., None] * B4[:, :, :, None, :]
+        # unbind, not indexing: its backward assembles the P slices' gradients in one pass
+        # (an indexed slice's backward writes a zero tensor of the whole size, P times).
+        h, ys = h0, []
+        for a_k, b_k, c_k in zip(decay.unbind(2), inject.unbind(2), C4.unbind(2)):
+            h = b_k if h is None else torch.addcmul(b_k, a_k, h)
+            ys.append(h @ c_k[..., None])                            # (Bt, nP, E, 1)
+        y = torch.cat(ys, -1).transpose(-1, -2) + D * u4              # (Bt, nP, P, E)
+        return y.reshape(Bt, nP * P, E)[:, :L]
+
+
+def patch_scan_reference(torch, u, dt, A, B, C, D, h0, P):
+    """The same scan one token at a time, the recurrence as written, for the check."""
+    Bt, L, E = u.shape
+    h = h0 if h0 is not None else u.new_zeros(Bt, -(-L // P), E, A.shape[1])
     ys = []
-    for k in range(P):
-        dtk = dt4[:, :, k, :, None]
-        h = torch.exp(dtk * A) * h + dtk * u4[:, :, k, :, None] * B4[:, :, k, None, :]
-        ys.append((h * C4[:, :, k, None, :]).sum(-1) + D * u4[:, :, k])
-    return torch.stack(ys, 2).reshape(Bt, nP * P, E)[:, :L]
+    for t in range(L):
+        p, k = divmod(t, P)
+        if k == 0:
+            state = h[:, p]
+        state = torch.exp(dt[:, t, :, None] * A) * state + (dt[:, t] * u[:, t])[..., None] * B[:, t, None, :]
+        ys.append((state * C[:, t, None, :]).sum(-1) + D * u[:, t])
+    return torch.stack(ys, 1)
 
 
 def add_scan_parameters(torch, module, d, states):
@@ -85,6 +107,139 @@ def add_scan_parameters(torch, module, d, states):
     module.D = nn.Parameter(torch.ones(E))
     module.dt_bias = nn.Parameter(torch.full((E,), -3.0))
     module.out = nn.Linear(E, d, bias=False)
+
+
+PLUCKER_EPS = 1e-8  # ops::plucker_mean's eps: p̂ = p / max(|p|, eps)
+
+
+def init_like_wedge(torch, model):
+    """wedge's initialisation (models/README.md): every weight Normal(0, 0.02), biases 0,
+    LayerNorm γ = 1, β = 0. The step's cost does not depend on it much, but the logits'
+    range does (PyTorch's default Normal(0, 1) token table makes them ~50x wider), and so
+    how much of the softmax underflows."""
+    nn = torch.nn
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                m.weight.normal_(0.0, 0.02)
+                if getattr(m, "bias", None) is not None:
+                    m.bias.zero_()
+
+
+def dropout_module(torch, p):
+    """Inverted dropout with its keep mask drawn by uniform_ (24-bit uniforms, so the keep
+    probability is 1 - p to within 2^-24), in fp32 also under autocast. PyTorch 1.13's own
+    CPU dropout draws its mask with bernoulli_, a serial loop ~2x slower than uniform_ on
+    this build, then divides it in a second pass: nn.Dropout costs ~3x this one, and a
+    paper-size step has 13 of them. Same distribution, same scaling by 1 / (1 - p)."""
+
+    class Dropout(torch.nn.Module):
+        def forward(self, x):
+            if not self.training or p == 0:
+                return x
+            keep = 1.0 - p
+            mask = torch.empty(x.shape, device=x.device, dtype=torch.float32).uniform_().lt_(keep)
+            return x * mask.mul_(1.0 / keep)
+    return Dropout()
+
+
+def causal_bias(torch, L, device, cache={}):
+    """(L, L) additive mask, 0 on and below the diagonal, -inf above: built once per length
+    and device, added to the scores inside the same baddbmm that scales them."""
+    key = (L, str(device))
+    if key not in cache:
+        cache[key] = torch.full((L, L), float("-inf"), device=device).triu_(1)
+    return cache[key]
+
+
+def attention(torch, q, k, v, causal):
+    """softmax(q k^T / sqrt(dh) [+ causal mask]) v for q, k, v (batch*heads, L, dh): the
+    scale and the mask are the baddbmm's alpha and input (one pass over the scores instead
+    of a division, a mask build and a masked_fill each call). Under autocast these products
+    run in bf16 like every other PyTorch matmul, and the softmax in bf16."""
+    L, dh = q.shape[1], q.shape[2]
+    if causal:
+        s = torch.baddbmm(causal_bias(torch, L, q.device), q, k.transpose(1, 2), alpha=dh ** -0.5)
+    else:
+        s = torch.bmm(q, k.transpose(1, 2)).mul_(dh ** -0.5)
+    return torch.bmm(torch.softmax(s, -1), v)
+
+
+def pair_index(torch, r, device=None):
+    """The pair order of wedge's kernels, (0,1),(0,2),...,(0,r-1),(1,2),...: [i of every
+    pair, then j of every pair], for one index_select."""
+    iu = torch.triu_indices(r, r, 1, device=device)
+    return iu.reshape(-1)
+
+
+def wedge_pairs(torch, z, w, index):
+    """p_ij = z_i w_j - z_j w_i (i < j), the Plücker coordinates of z ∧ w, for z, w
+    (..., r): one index_select of [z; w] (whose backward is one index_add) instead of four
+    fancy-indexing gathers, whose backward is an index_put with accumulation ~6x slower."""
+    r = z.shape[-1]
+    P = index.numel() // 2
+    zw = torch.cat([z, w], -1).reshape(-1, 2 * r)
+    ii, jj = index[:P], index[P:]
+    x = zw.index_select(1, torch.cat([ii, jj + r, jj, ii + r])).view(-1, 4, P)
+    return (x[:, 0] * x[:, 1] - x[:, 2] * x[:, 3]).view(*z.shape[:-1], P)
+
+
+def offset_counts(torch, L, offsets, device, cache={}):
+    """(L,) the number of valid offsets of each position (t - Δ >= 0), in float."""
+    key = (L, tuple(offsets), str(device))
+    if key not in cache:
+        t = torch.arange(L, device=device)
+        cache[key] = sum((t >= o).float() for o in offsets) if offsets else torch.zeros(L, device=device)
+    return cache[key]
+
+
+def plucker_mean(torch, z, offsets, eps=PLUCKER_EPS):
+    """The mean over the valid offsets of the normalised Plücker vectors p̂(z_t, z_{t-Δ}),
+    (B, L, r(r-1)/2), 0 where no offset is valid — by the two exact shortcuts wedge's
+    kernel takes (kernels/cpu/plucker_avx512.cpp):
+      * z_t is the first vector of every pair at t, so the mean is z_t ∧ w_t with
+        w_t = Σ_Δ z_{t-Δ} / (n_Δ |valid_t|): one Plücker vector per position, not one per
+        offset, and the (B, L, offsets, pairs) tensor is never formed;
+      * n_Δ = max(|z_t ∧ z_{t-Δ}|, eps) from Lagrange's identity
+        |u ∧ v|^2 = |u|^2 |v|^2 - (u.v)^2, in float64 (r-long dot products, not pairs-long
+        sums; float64 so that the subtraction does not cancel for nearly parallel pairs).
+    sqrt(max(x, eps^2)) is max(sqrt(x), eps) with the same gradient (0 where clamped, as
+    wedge's backward treats n <= eps), and never the infinite slope of sqrt at 0."""
+    F = torch.nn.functional
+    B, L, r = z.shape
+    offsets = [o for o in offsets if o < L]
+    if not offsets:
+        return z.new_zeros(B, L, r * (r - 1) // 2)
+    m, first = len(offsets), max(offsets)
+    # Every offset's partner rows z_{t-Δ} at once, (B, m, L, r), zero rows where t - Δ < 0
+    # (a zero partner adds exactly 0 below): one index_select of z padded in front.
+    zd = z.double()
+    partner = F.pad(zd, (0, 0, first, 0)).index_select(1, shifted_rows(torch, L, offsets, z.device)).view(B, m, L, r)
+    uu, vv = (zd * zd).sum(-1)[:, None], (partner * partner).sum(-1)       # (B, 1, L), (B, m, L)
+    uv = (zd[:, None] * partner).sum(-1)
+    n = (uu * vv - uv * uv).clamp_min(eps * eps).sqrt()
+    inv_count = 1.0 / offset_counts(torch, L, offsets, z.device).clamp_min(1).double()
+    w = ((inv_count / n)[..., None] * partner).sum(1).to(z.dtype)          # (B, L, r)
+    return wedge_pairs(torch, z, w, pair_index(torch, r, z.device))
+
+
+def shifted_rows(torch, L, offsets, device, cache={}):
+    """Row t - Δ + max Δ of the front-padded sequence for every (Δ, t), flattened."""
+    key = (L, tuple(offsets), str(device))
+    if key not in cache:
+        t = torch.arange(L, device=device)
+        cache[key] = torch.cat([t - o + max(offsets) for o in offsets])
+    return cache[key]
+
+
+def gate_mix(torch, gate, h, g):
+    """α h + (1 - α) g with α = σ(W_gate [h; g] + b_gate): the gate as two GEMMs on the
+    halves of W_gate (W_h h + W_g g + b, no concatenated (B, L, 2d) copy; ~1.3x faster in
+    fp32 here, the same under autocast), and the convex combination as one lerp."""
+    F = torch.nn.functional
+    d, g = h.shape[-1], g.to(h.dtype)
+    a = torch.sigmoid(F.linear(h, gate.weight[:, :d]) + F.linear(g, gate.weight[:, d:], gate.bias))
+    return torch.lerp(g, h, a.to(h.dtype))
 
 
 def torch_models(torch):
@@ -107,50 +262,58 @@ def torch_models(torch):
 
         def forward(self, x):
             B, L, d = x.shape
-            q, k, v = self.qkv(x).view(B, L, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)
-            s = q @ k.transpose(-1, -2) / (d // self.h) ** 0.5
-            mask = torch.triu(torch.ones(L, L, dtype=torch.bool), 1)
-            p = torch.softmax(s.masked_fill(mask, float("-inf")), -1)
-            return self.out((p @ v).transpose(1, 2).reshape(B, L, d))
+            H, dh = self.h, d // self.h
+            q, k, v = self.qkv(x).view(B, L, 3, H, dh).permute(2, 0, 3, 1, 4).reshape(3, B * H, L, dh).unbind(0)
+            o = attention(torch, q, k, v, causal=True)
+            return self.out(o.view(B, H, L, dh).transpose(1, 2).reshape(B, L, d))
 
     class Mix(nn.Module):
-        """Causal Grassmann mixing, by default in the exact shortcuts wedge takes: the
-        normalised Plücker vectors are averaged over the valid offsets and projected once,
-        with W_o folded into W_plü (both maps are linear). literal=True is the paper code's
-        form — every offset projected, then averaged — shown only as an extra, labelled row."""
+        """Causal Grassmann mixing as wedge computes it (models/grassmann.h): z = W_red h,
+        p̄ = plucker_mean(z) by wedge's exact shortcuts, g = W_o (W_plü p̄ + b_plü) + b_o
+        with W_o folded into W_plü (both maps are linear) and g = 0 where no offset is valid;
+        g is dropped before the gate sees it (models/grassmann.cpp: the gate reads the dropped
+        g), α = σ(W_gate [h; Dropout(g)]), output α h + (1 - α) Dropout(g) (gate_mix). Under
+        autocast the Plücker part runs in fp32 (as wedge's does), the products in bf16.
+
+        literal=True is the paper code's form, shown only as an extra, labelled row: the
+        normalised Plücker vector of every offset, projected by W_plü, the projections
+        averaged over the valid offsets, then W_o — every offset's pairs from the pair
+        coordinates gathered once and shifted, in one (batch, offsets, L, pairs) tensor."""
 
         def __init__(self, d, r, windows, literal=False):
             super().__init__()
-            self.windows, self.literal = windows, literal
+            self.windows, self.literal = list(windows), literal
             self.red = nn.Linear(d, r)
-            iu = torch.triu_indices(r, r, 1)
-            self.register_buffer("ii", iu[0])
-            self.register_buffer("jj", iu[1])
+            self.register_buffer("pairs", pair_index(torch, r), persistent=False)
             self.plu = nn.Linear(r * (r - 1) // 2, d)
             self.out = nn.Linear(d, d)
             self.gate = nn.Linear(2 * d, d)
 
+        def literal_mean_projection(self, z, offsets):
+            B, L, r = z.shape
+            P = self.pairs.numel() // 2
+            zi, zj = z.index_select(-1, self.pairs[:P]), z.index_select(-1, self.pairs[P:])
+            si = torch.stack([F.pad(zi[:, :L - o], (0, 0, o, 0)) for o in offsets], 1)  # (B, m, L, P)
+            sj = torch.stack([F.pad(zj[:, :L - o], (0, 0, o, 0)) for o in offsets], 1)
+            p = zi[:, None] * sj - zj[:, None] * si
+            p = p / p.norm(dim=-1, keepdim=True).clamp_min(PLUCKER_EPS)
+            t = torch.arange(L, device=z.device)
+            valid = torch.stack([(t >= o) for o in offsets]).to(z.dtype)[:, :, None]   # (m, L, 1)
+            y = (self.plu(p) * valid).sum(1)  # every offset projected (with b_plü), the invalid ones dropped
+            return y / offset_counts(torch, L, offsets, z.device).clamp_min(1)[:, None]
+
         def forward(self, h, drop):
             B, L, d = h.shape
-            z = self.red(h)
-            acc = torch.zeros(B, L, d if self.literal else self.plu.in_features)
-            count = torch.zeros(1, L, 1)
-            for delta in self.windows:
-                if delta >= L:
-                    continue
-                u, v = z[:, delta:], z[:, :-delta]
-                p = u[..., self.ii] * v[..., self.jj] - u[..., self.jj] * v[..., self.ii]
-                p = p / p.norm(dim=-1, keepdim=True).clamp_min(1e-8)
-                acc = acc + F.pad(self.plu(p) if self.literal else p, (0, 0, delta, 0))
-                count = count + F.pad(torch.ones(1, L - delta, 1), (0, 0, delta, 0))
-            mean = acc / count.clamp_min(1)
+            offsets = [o for o in self.windows if o < L]
+            z = self.red(h).to(h.dtype)  # fp32 under autocast (the Plücker part as wedge's), else h's
+            valid = (offset_counts(torch, L, offsets, h.device) > 0).to(h.dtype)[:, None]   # (L, 1)
             if self.literal:
-                g = self.out(mean)
+                g = self.out(self.literal_mean_projection(z, offsets)) * valid
             else:
-                g = F.linear(mean, self.out.weight @ self.plu.weight, self.out.weight @ self.plu.bias + self.out.bias)
-            g = g * (count > 0)
-            a = torch.sigmoid(self.gate(torch.cat([h, g], -1)))
-            return a * h + (1 - a) * drop(g)
+                W = self.out.weight @ self.plu.weight
+                b = self.out.weight @ self.plu.bias + self.out.bias
+                g = F.linear(plucker_mean(torch, z, offsets), W, b) * valid
+            return gate_mix(torch, self.gate, h, drop(g))
 
     class Sheaf(nn.Module):
         """SheafStateLM's block as wedge computes it (models/sheaf.h), pre-LN: the scan runs
@@ -222,7 +385,7 @@ def torch_models(torch):
             for k in range(K):
                 rows = (tok_expert == k).nonzero().squeeze(1)
                 if rows.numel():
-                    out = out.index_add(0, rows, self.experts[k](xn.index_select(0, rows)))
+                    out = out.index_add(0, rows, self.experts[k](xn.index_select(0, rows)).to(out.dtype))
             balance = K * (probs.reshape(-1, K).mean(0) *
                            torch.bincount(expert.reshape(-1), minlength=K).float() / expert.numel()).sum()
             energy = torch.stack(energies, 1).mean() if energies else torch.zeros(())
@@ -243,24 +406,24 @@ def torch_models(torch):
                 self.ffn = nn.ModuleList([FFN(d, dff) for _ in range(layers)])
                 self.n1 = nn.ModuleList([nn.LayerNorm(d) for _ in range(layers)])
                 self.n2 = nn.ModuleList([nn.LayerNorm(d) for _ in range(layers)])
-            self.drop = nn.Dropout(0.1)
+            self.drop = dropout_module(torch, 0.1)
 
         def forward(self, x):
             L = x.shape[1]
-            h = self.drop(self.tok(x) + self.pos(torch.arange(L)))
+            h = self.drop(self.tok(x) + self.pos.weight[:L])  # P[0:L]: a slice, not a lookup
             if self.kind == "sheaf":
                 aux = 0.0
                 for block in self.mix:  # balance and normalised gluing energy, weights 0.01
                     h, balance, energy = block(h, self.drop)
                     aux = aux + 0.01 * (balance + energy) / len(self.mix)
-                return self.final(h) @ self.tok.weight.t(), aux
+                return F.linear(self.final(h), self.tok.weight), aux
             for mix, ffn, n1, n2 in zip(self.mix, self.ffn, self.n1, self.n2):
                 if self.kind == "transformer":
                     h = n1(h + self.drop(mix(h)))
                 else:
                     h = n1(mix(h, self.drop))
                 h = n2(h + self.drop(ffn(h)))
-            return h @ self.tok.weight.t()
+            return F.linear(h, self.tok.weight)
 
     return LM
 
@@ -273,8 +436,10 @@ def torch_nli(torch):
     blocks of the head, per-part mean pooling, [u; v; |u - v|; u * v] -> 3 classes. The
     Transformer head's attention is softmax(q k^T / sqrt(dh)) v as batched matmuls (this
     PyTorch has no fused attention; at 40 tokens the scores are tiny); the Grassmann head
-    computes every window's Plücker pairs in one batched outer product (the same pairs
-    wedge takes: every other token of the window, both directions)."""
+    pairs every token with every other token of its window, both directions (the pairs
+    wedge takes), by the same shortcuts as plucker_mean: p̄_t = z_t ∧ w_t with
+    w_t = Σ_s z_s / (n_ts (W - 1)), the norms n_ts from the window's Gram matrix (Lagrange's
+    identity, in float64), the diagonal s = t (z_t ∧ z_t = 0) left out exactly."""
     nn = torch.nn
     F = torch.nn.functional
 
@@ -289,26 +454,31 @@ def torch_nli(torch):
                 self.reduce = nn.Linear(d, d_proj)
                 self.plucker = nn.Linear(mixing_heads * r * (r - 1) // 2, d)
                 self.gate = nn.Linear(2 * d, d)
-                self.iu = torch.triu_indices(r, r, 1)
+                self.register_buffer("pairs", pair_index(torch, r), persistent=False)
+                self.register_buffer("off_diagonal", 1 - torch.eye(window, dtype=torch.float64), persistent=False)
             self.n1, self.n2 = nn.LayerNorm(d), nn.LayerNorm(d)
             self.w1, self.w2 = nn.Linear(d, dff), nn.Linear(dff, d)
-            self.drop = nn.Dropout(drop)
+            self.drop = dropout_module(torch, drop)
 
         def mix(self, h):
             B, T, d = h.shape
             if self.head == "transformer":
-                q, k, v = self.qkv(h).view(B, T, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-                a = torch.softmax(q @ k.transpose(-1, -2) / (d // self.heads) ** 0.5, -1) @ v
+                H, dh = self.heads, d // self.heads
+                q, k, v = self.qkv(h).view(B, T, 3, H, dh).permute(2, 0, 3, 1, 4).reshape(3, B * H, T, dh).unbind(0)
+                a = attention(torch, q, k, v, causal=False).view(B, H, T, dh)
                 return self.n1(h + self.drop(self.out(a.transpose(1, 2).reshape(B, T, d))))
             W, H = self.window, self.mixing_heads
-            z = self.reduce(h).view(B, T // W, W, H, -1)                  # windows of W tokens
-            outer = z.unsqueeze(3).unsqueeze(-1) * z.unsqueeze(2).unsqueeze(-2)  # z_t z_s^T: (B, n, W, W, H, r, r)
-            p = (outer - outer.transpose(-1, -2))[..., self.iu[0], self.iu[1]]  # (B, n, W, W, H, pairs)
-            p = p / p.norm(dim=-1, keepdim=True).clamp_min(1e-8)
-            g = self.plucker((p.sum(3) / (W - 1)).reshape(B, T, -1))           # the diagonal adds 0
-            g = self.drop(g)
-            alpha = torch.sigmoid(self.gate(torch.cat([h, g], -1)))
-            return self.n1(alpha * h + (1 - alpha) * g)
+            n, r = T // W, self.reduce.out_features // H
+            z = self.reduce(h).to(h.dtype).view(B, n, W, H, r).transpose(2, 3).reshape(-1, W, r)  # windows of W tokens
+            zd = z.double()
+            G = zd @ zd.transpose(1, 2)                                             # (B n H, W, W)
+            sq = G.diagonal(dim1=1, dim2=2)
+            norms = (sq[:, :, None] * sq[:, None, :] - G * G).clamp_min(PLUCKER_EPS ** 2).sqrt()
+            c = (self.off_diagonal / ((W - 1) * norms)).to(z.dtype)                 # 0 at s = t
+            with torch.autocast(h.device.type, enabled=False):                      # the pairs in fp32, as wedge
+                p = wedge_pairs(torch, z, c @ z, self.pairs)                        # (B n H, W, pairs)
+            g = self.plucker(p.view(B, n, H, W, -1).transpose(2, 3).reshape(B, T, -1))
+            return self.n1(gate_mix(torch, self.gate, h, self.drop(g)))
 
         def forward(self, h):
             h = self.mix(h)
@@ -331,7 +501,7 @@ def torch_nli(torch):
             self.sx, self.sb = nn.Linear(ds, E, bias=False), nn.Linear(ds, states, bias=False)
             self.n1, self.n2 = nn.LayerNorm(d), nn.LayerNorm(d)
             self.w1, self.w2 = nn.Linear(d, dff), nn.Linear(dff, d)
-            self.drop = nn.Dropout(drop)
+            self.drop = dropout_module(torch, drop)
 
         def mix(self, h):
             Bt, L, d = h.shape
@@ -374,7 +544,7 @@ def torch_nli(torch):
                 self.blocks = nn.ModuleList(Block(head, d, heads, dff, d_proj, mixing_heads, window, drop)
                                             for _ in range(layers))
             self.final = nn.LayerNorm(d) if head == "sheaf" else nn.Identity()
-            self.hidden, self.output, self.drop = nn.Linear(4 * d, d), nn.Linear(d, 3), nn.Dropout(drop)
+            self.hidden, self.output, self.drop = nn.Linear(4 * d, d), nn.Linear(d, 3), dropout_module(torch, drop)
 
         def forward(self, ids, segments):
             T = ids.shape[1]
@@ -388,72 +558,360 @@ def torch_nli(torch):
     return Nli
 
 
-def bench_torch_nli(cfg, batch, steps, warmup):
-    import torch
+def train_step(torch, model, opt, forward, autocast_device, bf16):
+    """One step: forward and loss under autocast when bf16 (PyTorch's documented mixed
+    precision: its bf16 ops in bf16, the rest, cross-entropy included, in fp32), backward
+    outside it, clipping to 1.0, AdamW."""
+    with torch.autocast(autocast_device, dtype=torch.bfloat16, enabled=bf16):
+        loss = forward()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+
+
+def setup_torch(torch):
     torch.set_num_threads(2)
+    # Without this, a few AdamW steps in, denormal floats make a paper-size step ~5x slower.
+    # (OpenMP's workers are started later, by the first parallel op, and inherit it.)
     torch.set_flush_denormal(True)
     torch.manual_seed(0)
-    model = torch_nli(torch)(cfg["head"], cfg["vocab"])
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-    T = NLI_PREMISE + NLI_HYPOTHESIS
-    segments = (torch.arange(T) >= NLI_PREMISE).long().expand(batch, T)
+
+
+def timed_steps(step, steps, warmup, sync):
+    """The median time of `steps` steps, after untimed ones: at least `warmup`, and more (up
+    to 8 more) until a step no longer faults in new memory (under 1,000 minor page faults):
+    glibc's heap grows over PyTorch's first 2-3 steps before its freed buffers are reused
+    in place, and on this VM a first touch costs ~20 us a page (a fresh 0.5 GB logits
+    buffer ~2.5 s), so with one warm-up step the median step still paid for growing the
+    heap. Returns (median seconds, untimed steps)."""
+    def faults():
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    done = 0
+    while True:
+        f0 = faults()
+        step()
+        sync()
+        done += 1
+        if done >= warmup and (faults() - f0 < 1000 or done >= warmup + 8):
+            break
     times = []
-    for s in range(warmup + steps):
-        ids, labels = torch.randint(0, cfg["vocab"], (batch, T)), torch.randint(0, 3, (batch,))
+    for _ in range(steps):
         t0 = time.perf_counter()
-        loss = torch.nn.functional.cross_entropy(model(ids, segments), labels)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        if s >= warmup:
-            times.append(time.perf_counter() - t0)
+        step()
+        sync()
+        times.append(time.perf_counter() - t0)
     times.sort()
-    med = times[len(times) // 2]
-    return {"step_ms": med * 1000, "tokens_per_s": batch * T / med, "pairs_per_s": batch / med,
+    return times[len(times) // 2], done
+
+
+def bench_torch_nli(cfg, batch, steps, warmup, device="cpu"):
+    import torch
+    setup_torch(torch)
+    torch.set_default_tensor_type(torch.cuda.FloatTensor if device == "cuda" else torch.FloatTensor)
+    model = torch_nli(torch)(cfg["head"], cfg["vocab"]).to(device)
+    init_like_wedge(torch, model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    T = NLI_PREMISE + NLI_HYPOTHESIS
+    segments = (torch.arange(T, device=device) >= NLI_PREMISE).long().expand(batch, T)
+
+    def step():
+        ids = torch.randint(0, cfg["vocab"], (batch, T), device=device)
+        labels = torch.randint(0, 3, (batch,), device=device)
+        train_step(torch, model, opt, lambda: torch.nn.functional.cross_entropy(model(ids, segments).float(), labels),
+                   device, cfg.get("precision") == "bf16")
+    med, untimed = timed_steps(step, steps, warmup, sync)
+    return {"step_ms": med * 1000, "tokens_per_s": batch * T / med, "pairs_per_s": batch / med, "untimed_steps": untimed,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 def bench_torch(cfg, batch, steps, warmup, device="cpu"):
     if cfg.get("task") == "nli":
-        return bench_torch_nli(cfg, batch, steps, warmup)
+        return bench_torch_nli(cfg, batch, steps, warmup, device)
     import torch
-    torch.set_num_threads(2)
-    # Without this, a few AdamW steps in, denormal floats make a paper-size step ~5x slower.
-    torch.set_flush_denormal(True)
-    torch.manual_seed(0)
+    setup_torch(torch)
     LM = torch_models(torch)
     torch.set_default_tensor_type(torch.cuda.FloatTensor if device == "cuda" else torch.FloatTensor)
     model = LM(cfg["model"], cfg["vocab"], cfg["layers"], cfg["d"], cfg["dff"], cfg["heads"], cfg["block"], cfg["rank"],
                cfg["windows"]).to(device)
+    init_like_wedge(torch, model)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-    times = []
-    for s in range(warmup + steps):
-        x = torch.randint(0, cfg["vocab"], (batch, cfg["block"] + 1), device=device)
-        sync()
-        t0 = time.perf_counter()
-        # Mixed precision the way PyTorch documents it: the forward and the loss under
-        # autocast (its bf16 ops run in bf16, the rest in fp32), the backward outside it.
-        with torch.autocast(device, dtype=torch.bfloat16, enabled=cfg.get("precision") == "bf16"):
+    V = cfg["vocab"]
+
+    def step():
+        x = torch.randint(0, V, (batch, cfg["block"] + 1), device=device)
+
+        def forward():
             logits = model(x[:, :-1])
             aux = 0.0
             if isinstance(logits, tuple):  # SheafStateLM: its balance loss joins the gradient
                 logits, aux = logits
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg["vocab"]).float(),
-                                                     x[:, 1:].reshape(-1)) + aux
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sync()
-        if s >= warmup:
-            times.append(time.perf_counter() - t0)
-    times.sort()
-    med = times[len(times) // 2]
+            # Cross-entropy in fp32, as wedge's: under autocast the bf16 logits are widened once
+            # (autocast would do the same, cross_entropy is on its fp32 list); free in fp32.
+            return torch.nn.functional.cross_entropy(logits.reshape(-1, V).float(), x[:, 1:].reshape(-1)) + aux
+        train_step(torch, model, opt, forward, device, cfg.get("precision") == "bf16")
+    med, untimed = timed_steps(step, steps, warmup, sync)
     peak = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else \
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"step_ms": med * 1000, "tokens_per_s": batch * cfg["block"] / med, "peak_rss_mb": peak}
+    return {"step_ms": med * 1000, "tokens_per_s": batch * cfg["block"] / med, "untimed_steps": untimed,
+            "peak_rss_mb": peak}
+
+
+# ---- --check-formulations: the fast forms against plainly literal ones ------------------
+#
+# Each reference below is the definition written out one position (and one pair) at a time,
+# with no shortcut at all. The check runs the script's blocks against them in float64
+# (values and every gradient), then times the script's blocks beside the references and
+# beside the usual vectorised ways of writing them, so that a change that makes the
+# script's PyTorch slower, or different, fails here.
+
+
+def plucker_mean_reference(torch, z, offsets, eps=PLUCKER_EPS):
+    """For every t: the Plücker vector p_ij = u_i v_j - u_j v_i (i < j) of u = z_t and
+    v = z_{t-Δ} for every offset with t - Δ >= 0, each divided by max(|p|, eps), averaged;
+    0 where no offset is valid."""
+    B, L, r = z.shape
+    rows = []
+    for t in range(L):
+        ps = []
+        for o in offsets:
+            if t - o >= 0:
+                u, v = z[:, t], z[:, t - o]
+                p = torch.stack([u[:, i] * v[:, j] - u[:, j] * v[:, i] for i in range(r) for j in range(i + 1, r)], -1)
+                ps.append(p / p.norm(dim=-1, keepdim=True).clamp_min(eps))
+        rows.append(sum(ps) / len(ps) if ps else z.new_zeros(B, r * (r - 1) // 2))
+    return torch.stack(rows, 1)
+
+
+def plucker_mean_per_offset(torch, z, offsets, eps=PLUCKER_EPS):
+    """The textbook vectorised form (this script's before): per offset, the pair coordinates
+    indexed afresh, the pairs' norms, an accumulator padded per offset."""
+    F = torch.nn.functional
+    B, L, r = z.shape
+    ii, jj = torch.triu_indices(r, r, 1, device=z.device)
+    acc, count = z.new_zeros(B, L, ii.numel()), z.new_zeros(1, L, 1)
+    for o in offsets:
+        u, v = z[:, o:], z[:, :-o]
+        p = u[..., ii] * v[..., jj] - u[..., jj] * v[..., ii]
+        acc = acc + F.pad(p / p.norm(dim=-1, keepdim=True).clamp_min(eps), (0, 0, o, 0))
+        count = count + F.pad(z.new_ones(1, L - o, 1), (0, 0, o, 0))
+    return acc / count.clamp_min(1)
+
+
+def plucker_mean_gathered(torch, z, offsets, eps=PLUCKER_EPS):
+    """The pair coordinates z_i, z_j gathered once, every offset's pairs from time-shifted
+    rows of them in one (batch, offsets, L, pairs) tensor (zero rows before Δ), normalised,
+    averaged over the valid offsets."""
+    F = torch.nn.functional
+    B, L, r = z.shape
+    ii, jj = torch.triu_indices(r, r, 1, device=z.device)
+    zi, zj = z[..., ii], z[..., jj]
+    si = torch.stack([F.pad(zi[:, :L - o], (0, 0, o, 0)) for o in offsets], 1)
+    sj = torch.stack([F.pad(zj[:, :L - o], (0, 0, o, 0)) for o in offsets], 1)
+    p = zi[:, None] * sj - zj[:, None] * si
+    p = p / p.norm(dim=-1, keepdim=True).clamp_min(eps)
+    return p.sum(1) / offset_counts(torch, L, offsets, z.device).clamp_min(1)[:, None].to(z.dtype)
+
+
+def mix_block_reference(torch, mix, h, drop, mean=plucker_mean_reference):
+    """GrassmannMixing + the gate of models/grassmann.cpp, written as its header states it:
+    g = W_o (W_plü p̄ + b_plü) + b_o where some offset is valid, else 0; g dropped;
+    α = σ(W_gate [h; g] + b_gate); α h + (1 - α) g."""
+    offsets = [o for o in mix.windows if o < h.shape[1]]
+    z = mix.red(h)
+    g = mix.out(mix.plu(mean(torch, z, offsets)))
+    g = drop(g * torch.tensor([float(any(t - o >= 0 for o in offsets)) for t in range(h.shape[1])],
+                              dtype=h.dtype)[:, None])
+    a = torch.sigmoid(mix.gate(torch.cat([h, g], -1)))
+    return a * h + (1 - a) * g
+
+
+def attention_reference(torch, q, k, v, causal):
+    """One query at a time: softmax over s <= t (every s if not causal) of q_t.k_s / sqrt(dh),
+    then the weighted sum of v_s."""
+    L, dh = q.shape[1], q.shape[2]
+    rows = []
+    for t in range(L):
+        n = t + 1 if causal else L
+        s = (q[:, t:t + 1] * k[:, :n]).sum(-1) / dh ** 0.5
+        rows.append((torch.softmax(s, -1)[..., None] * v[:, :n]).sum(1))
+    return torch.stack(rows, 1)
+
+
+def attention_plain(torch, q, k, v):
+    """The usual causal attention: scores divided, a triu mask built and masked_fill'ed."""
+    L, dh = q.shape[1], q.shape[2]
+    s = q @ k.transpose(-1, -2) / dh ** 0.5
+    mask = torch.triu(torch.ones(L, L, dtype=torch.bool, device=q.device), 1)
+    return torch.softmax(s.masked_fill(mask, float("-inf")), -1) @ v
+
+
+def nli_window_mix_reference(torch, blk, h):
+    """The Grassmann head's mixing of models/nli.h one token at a time: per head, the mean of
+    p̂(z_t, z_s) over the other tokens s of t's window; g = W_plü [p̄ of every head] + b_plü,
+    dropped; h <- LN(α h + (1 - α) g), α = σ(W_gate [h; g] + b_gate)."""
+    B, T, d = h.shape
+    W, H = blk.window, blk.mixing_heads
+    z = blk.reduce(h).view(B, T, H, -1)
+    r = z.shape[-1]
+    heads = []
+    for k in range(H):
+        rows = []
+        for t in range(T):
+            w0 = t // W * W
+            ps = []
+            for s in range(w0, w0 + W):
+                if s != t:
+                    u, v = z[:, t, k], z[:, s, k]
+                    p = torch.stack([u[:, i] * v[:, j] - u[:, j] * v[:, i] for i in range(r) for j in range(i + 1, r)], -1)
+                    ps.append(p / p.norm(dim=-1, keepdim=True).clamp_min(PLUCKER_EPS))
+            rows.append(sum(ps) / len(ps))
+        heads.append(torch.stack(rows, 1))
+    g = blk.drop(blk.plucker(torch.cat(heads, -1)))
+    a = torch.sigmoid(blk.gate(torch.cat([h, g], -1)))
+    return blk.n1(a * h + (1 - a) * g)
+
+
+def check_formulations():
+    """Asserts (float64, small random inputs) that every fast form equals its literal
+    reference, values and gradients to 1e-10; then times the script's blocks beside the
+    other forms (fp32, 2 threads). Exit status 1 if a check fails or the script's block is
+    more than 1.25x slower than another form of it."""
+    import torch
+    setup_torch(torch)
+    nn = torch.nn
+    failures = []
+
+    def compare(name, fast, ref, inputs):
+        out_f, out_r = fast(), ref()
+        cot = torch.randn_like(out_r)
+        g_f = torch.autograd.grad(out_f, inputs, cot, allow_unused=True)
+        g_r = torch.autograd.grad(out_r, inputs, cot, allow_unused=True)
+        def rel(a, b):  # max |a - b|, relative to the reference's largest entry when that exceeds 1
+            if a is None or b is None:
+                return 0.0 if a is None and b is None else float("inf")
+            return (a - b).abs().max().item() / max(1.0, b.abs().max().item())
+        err = rel(out_f, out_r)
+        gerr = max(rel(a, b) for a, b in zip(g_f, g_r))
+        ok = err < 1e-10 and gerr < 1e-10
+        print(f"  {name:<52} value {err:.1e}  gradients {gerr:.1e}  {'ok' if ok else 'FAIL'}")
+        if not ok:
+            failures.append(name)
+
+    print("float64, against the literal references (max |difference| / max(1, max |reference|), of the values and\n"
+          "of the gradients of the input and every parameter):")
+    torch.manual_seed(1)
+    B, L, d, r, windows = 2, 20, 8, 5, [1, 2, 4, 8, 12, 16, 24]  # 24 >= L: skipped, as wedge skips it
+    keep = (torch.rand(B, L, d, dtype=torch.float64) > 0.1).double() / 0.9
+    drop = lambda x: x * keep  # one fixed dropout mask for both forms: the gate must see the dropped g
+    LM = torch_models(torch)
+    for literal in (False, True):
+        mix = LM("grassmann-literal" if literal else "grassmann", 16, 1, d, 16, 2, L, r, windows).mix[0].double()
+        for prm in mix.parameters():
+            prm.data.normal_(0, 0.5)
+        h = torch.randn(B, L, d, dtype=torch.float64, requires_grad=True)
+        inputs = [h] + list(mix.parameters())
+        compare(f"GrassmannLM mixing block{' (literal form)' if literal else ''}", lambda: mix(h, drop),
+                lambda: mix_block_reference(torch, mix, h, drop), inputs)
+    z = torch.randn(B, L, r, dtype=torch.float64, requires_grad=True)
+    z.data[:, 7] = z.data[:, 6] * 3.0 + 1e-2 * torch.randn(B, r, dtype=torch.float64)  # nearly parallel (t 7, Δ 1),
+    z.data[:, 10] = 0.0                                                              # a zero vector: |p| < eps
+    compare("plucker_mean, nearly parallel and zero pairs", lambda: plucker_mean(torch, z, windows[:-1]),
+            lambda: plucker_mean_reference(torch, z, windows[:-1]), [z])
+    for causal in (True, False):
+        q, k, v = (torch.randn(6, 12, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+        compare(f"attention ({'causal' if causal else 'bidirectional'})", lambda: attention(torch, q, k, v, causal),
+                lambda: attention_reference(torch, q, k, v, causal), [q, k, v])
+    Nli = torch_nli(torch)
+    blk = Nli("grassmann", 16, d=16, layers=1, heads=2, dff=16, d_proj=8, mixing_heads=2, window=8).blocks[0].double()
+    for prm in blk.parameters():
+        prm.data.normal_(0, 0.5)
+    nli_keep = (torch.rand(2, 16, 16, dtype=torch.float64) > 0.1).double() / 0.9
+    blk.drop = type("FixedDrop", (nn.Module,), {"forward": lambda self, x: x * nli_keep})()
+    h = torch.randn(2, 16, 16, dtype=torch.float64, requires_grad=True)
+    compare("NLI Grassmann head's window mixing", lambda: blk.mix(h), lambda: nli_window_mix_reference(torch, blk, h),
+            [h] + list(blk.parameters()))
+    Bt, L, E, N, P = 2, 21, 6, 4, 8  # 21 tokens: a last, partial patch
+    u, dt, Bm, Cm = (torch.randn(Bt, L, n, dtype=torch.float64, requires_grad=True) for n in (E, E, N, N))
+    A, D = -torch.rand(E, N, dtype=torch.float64) - 0.5, torch.randn(E, dtype=torch.float64)
+    h0 = torch.randn(Bt, 3, E, N, dtype=torch.float64, requires_grad=True)
+    for start in (None, h0):
+        compare(f"patch_scan ({'from h0' if start is not None else 'from zero states'})",
+                lambda: patch_scan(torch, u, dt.abs(), A, Bm, Cm, D, start, P),
+                lambda: patch_scan_reference(torch, u, dt.abs(), A, Bm, Cm, D, start, P), [u, dt, Bm, Cm, h0])
+    x = torch.ones(1 << 20)
+    kept = (dropout_module(torch, 0.1).train()(x) > 0).double().mean().item()
+    ok = abs(kept - 0.9) < 0.003
+    print(f"  {'dropout keeps 90 % (1M draws)':<52} kept {100 * kept:.2f} %  {'ok' if ok else 'FAIL'}")
+    if not ok:
+        failures.append("dropout")
+
+    def median_ms(fns, reps=5):
+        for f in fns.values():
+            f()
+        times = {k: [] for k in fns}
+        for _ in range(reps):  # interleaved, so that the machine's noise hits every form alike
+            for k, f in fns.items():
+                t0 = time.perf_counter()
+                f()
+                times[k].append(time.perf_counter() - t0)
+        return {k: sorted(v)[len(v) // 2] * 1000 for k, v in times.items()}
+
+    def report(title, ms, mine):
+        print(title)
+        for k, t in ms.items():
+            print(f"  {k:<60} {t:8.1f} ms  {t / ms[mine]:5.2f}x")
+        slower = [k for k in ms if k != mine and ms[mine] > 1.25 * ms[k]]
+        if slower:
+            failures.append(f"{mine} slower than {', '.join(slower)}")
+
+    torch.set_default_dtype(torch.float32)
+    torch.manual_seed(2)
+
+    def fwd_bwd(f, *inputs):
+        def run():
+            for x in inputs:
+                x.grad = None
+            f().sum().backward()
+        return run
+
+    paper_windows = [1, 2, 4, 8, 12, 16]
+    B, L, d, r = 16, 128, 256, 32
+    mix = LM("grassmann", 16, 1, d, 16, 2, L, r, paper_windows).mix[0]
+    literal = LM("grassmann-literal", 16, 1, d, 16, 2, L, r, paper_windows).mix[0]
+    literal.load_state_dict(mix.state_dict())
+    h = torch.randn(B, L, d, requires_grad=True)
+    ident = lambda x: x
+    ms = median_ms({
+        "this script's block (wedge's shortcuts)": fwd_bwd(lambda: mix(h, ident), h),
+        "pairs gathered once, offsets batched (B, m, L, pairs)": fwd_bwd(
+            lambda: mix_block_reference(torch, mix, h, ident, plucker_mean_gathered), h),
+        "pairs indexed per offset, accumulator padded per offset": fwd_bwd(
+            lambda: mix_block_reference(torch, mix, h, ident, plucker_mean_per_offset), h),
+        "this script's literal row (every offset projected)": fwd_bwd(lambda: literal(h, ident), h),
+    }, reps=3)
+    report(f"fp32 forward + backward of one GrassmannLM mixing block, batch {B} x {L}, d {d}, rank {r}:", ms,
+           "this script's block (wedge's shortcuts)")
+    B, L, d, r = 2, 32, 32, 8
+    mix = LM("grassmann", 16, 1, d, 16, 2, L, r, paper_windows).mix[0]
+    h = torch.randn(B, L, d, requires_grad=True)
+    ms = median_ms({
+        "this script's block": fwd_bwd(lambda: mix(h, ident), h),
+        "the literal reference (one position, one pair at a time)": fwd_bwd(
+            lambda: mix_block_reference(torch, mix, h, ident), h),
+    }, reps=3)
+    report(f"the same at batch {B} x {L}, d {d}, rank {r}:", ms, "this script's block")
+    q, k, v = (torch.randn(128, 128, 64, requires_grad=True) for _ in range(3))
+    ms = median_ms({
+        "this script's attention (baddbmm with a cached mask)": fwd_bwd(lambda: attention(torch, q, k, v, True), q, k, v),
+        "divide, triu mask, masked_fill, softmax, matmul": fwd_bwd(lambda: attention_plain(torch, q, k, v), q, k, v),
+    })
+    report("fp32 forward + backward of causal attention, 128 (batch x heads) x 128 x 64:", ms,
+           "this script's attention (baddbmm with a cached mask)")
+    print("all checks passed" if not failures else "FAILED: " + "; ".join(failures))
+    return 0 if not failures else 1
 
 
 def bench_wedge(wedge, cfg, batch, steps, warmup, device="cpu"):
@@ -499,8 +957,13 @@ def main():
     ap.add_argument("--device", default="cpu", help="cpu or cuda (both engines on the same device)")
     ap.add_argument("--bf16", action="store_true",
                     help="also mixed precision: wedge --precision bf16 and PyTorch autocast-bf16, side by side with fp32")
+    ap.add_argument("--check-formulations", action="store_true",
+                    help="check PyTorch's fast forms against literal references (float64) and time them beside the "
+                         "usual forms, in seconds; exit status 1 on a failure")
     ap.add_argument("--torch-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.check_formulations:
+        sys.exit(check_formulations())
     if args.torch_child:
         cfg, batch, steps, warmup, device = json.loads(args.torch_child)
         print(json.dumps(bench_torch(cfg, batch, steps, warmup, device)))
