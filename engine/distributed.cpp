@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <stdexcept>
 #include <thread>
 
@@ -28,11 +29,18 @@ namespace wedge::dist {
 
 namespace {
 
+// The first of the launchers' variables `names` that is set, as a number of at least
+// `least`; `otherwise` when none is.
+int launcher_variable(std::initializer_list<const char*> names, int least, int otherwise) {
+  for (const char* name : names) {
+    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') return std::max(least, std::atoi(v));
+  }
+  return otherwise;
+}
+
 // The job's size as the launcher wrote it into the environment, or 0 when none did.
 int launcher_size() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
-    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') return std::max(1, std::atoi(v));
-  }
+  if (const int size = launcher_variable({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, 1, 0); size > 0) return size;
   // PMIx names the rank but not the size; the size is then MPI's to say.
   if (std::getenv("PMIX_RANK") != nullptr) return 1;
   return 0;
@@ -273,26 +281,11 @@ bool mpi_built() {
 
 bool launched_by_mpi() { return launcher_size() > 0; }
 
-int ranks_on_this_machine() {
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
-    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') return std::max(1, std::atoi(v));
-  }
-  return 1;
-}
+int ranks_on_this_machine() { return launcher_variable({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}, 1, 1); }
 
-int launcher_rank() {
-  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
-    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') return std::max(0, std::atoi(v));
-  }
-  return 0;
-}
+int launcher_rank() { return launcher_variable({"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}, 0, 0); }
 
-int local_rank() {
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}) {
-    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') return std::max(0, std::atoi(v));
-  }
-  return 0;
-}
+int local_rank() { return launcher_variable({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}, 0, 0); }
 
 namespace {
 const Communicator* g_world = nullptr;

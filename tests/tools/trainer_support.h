@@ -4,11 +4,8 @@
 
 #include <unistd.h>
 
-#include <cstdio>
-
 #include <filesystem>
 #include <fstream>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
