@@ -42,11 +42,34 @@ ENV = {
 }
 
 
+# Debian's OpenMP build of OpenBLAS (libopenblas0-openmp): PyTorch's GEMMs then share its
+# OpenMP thread pool instead of fighting it with OpenBLAS's own threads.
+OPENMP_BLAS = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
+
+
+def has_avx512():
+    """Whether this CPU runs PyTorch's AVX-512 kernels (it needs F, BW, DQ and VL). Debian's
+    PyTorch 1.13 has them built in but, on the Xeon this was measured on, picks its AVX2 ones
+    unless ATEN_CPU_CAPABILITY says avx512 (which it would obey even on a CPU without them,
+    so it is set only when /proc/cpuinfo lists them). Paper-size fp32 steps ran 5-12 % faster
+    with it."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= set(flags)
+
+
 def reexec_with_env():
     if os.environ.get("WEDGE_BENCH_CHILD") == "1":
         return
     env = dict(os.environ)
     env.update(ENV)
+    if os.path.isdir(OPENMP_BLAS):  # for every PyTorch this script starts, --check-formulations' included
+        env["LD_LIBRARY_PATH"] = OPENMP_BLAS
+    if has_avx512():
+        env["ATEN_CPU_CAPABILITY"] = "avx512"
     env["WEDGE_BENCH_CHILD"] = "1"
     os.execve(sys.executable, [sys.executable] + sys.argv, env)
 
@@ -174,14 +197,18 @@ def pair_index(torch, r, device=None):
 
 def wedge_pairs(torch, z, w, index):
     """p_ij = z_i w_j - z_j w_i (i < j), the Plücker coordinates of z ∧ w, for z, w
-    (..., r): one index_select of [z; w] (whose backward is one index_add) instead of four
-    fancy-indexing gathers, whose backward is an index_put with accumulation ~6x slower."""
+    (..., r). The coordinates are gathered from the transposed (2r, rows) matrix [z w]^T by
+    one index_select of whole rows, whose backward adds whole rows (index_add_ along dim 0,
+    vectorised); gathering columns of (rows, 2r) instead made its backward add one strided
+    column at a time, ~8x slower (11 % of a paper-size GrassmannLM step), and four
+    fancy-indexing gathers are slower still. The result is a transposed view of the
+    (pairs, rows) product, which the projection's GEMM reads as it is."""
     r = z.shape[-1]
     P = index.numel() // 2
-    zw = torch.cat([z, w], -1).reshape(-1, 2 * r)
+    zw = torch.cat([z, w], -1).reshape(-1, 2 * r).t().contiguous()              # (2r, rows)
     ii, jj = index[:P], index[P:]
-    x = zw.index_select(1, torch.cat([ii, jj + r, jj, ii + r])).view(-1, 4, P)
-    return (x[:, 0] * x[:, 1] - x[:, 2] * x[:, 3]).view(*z.shape[:-1], P)
+    x = zw.index_select(0, torch.cat([ii, jj + r, jj, ii + r])).view(4, P, -1)
+    return (x[0] * x[1] - x[2] * x[3]).t().view(*z.shape[:-1], P)
 
 
 def offset_counts(torch, L, offsets, device, cache={}):
@@ -193,7 +220,7 @@ def offset_counts(torch, L, offsets, device, cache={}):
     return cache[key]
 
 
-def plucker_mean(torch, z, offsets, eps=PLUCKER_EPS):
+def plucker_mean(torch, z, offsets, eps=PLUCKER_EPS, pairs=wedge_pairs):
     """The mean over the valid offsets of the normalised Plücker vectors p̂(z_t, z_{t-Δ}),
     (B, L, r(r-1)/2), 0 where no offset is valid — by the two exact shortcuts wedge's
     kernel takes (kernels/cpu/plucker_avx512.cpp):
@@ -220,7 +247,7 @@ def plucker_mean(torch, z, offsets, eps=PLUCKER_EPS):
     n = (uu * vv - uv * uv).clamp_min(eps * eps).sqrt()
     inv_count = 1.0 / offset_counts(torch, L, offsets, z.device).clamp_min(1).double()
     w = ((inv_count / n)[..., None] * partner).sum(1).to(z.dtype)          # (B, L, r)
-    return wedge_pairs(torch, z, w, pair_index(torch, r, z.device))
+    return pairs(torch, z, w, pair_index(torch, r, z.device))
 
 
 def shifted_rows(torch, L, offsets, device, cache={}):
@@ -602,17 +629,16 @@ def timed_steps(step, steps, warmup, sync):
         sync()
         times.append(time.perf_counter() - t0)
     times.sort()
-    return times[len(times) // 2], done
+    return (times[len(times) // 2] if times else None), done
 
 
-def bench_torch_nli(cfg, batch, steps, warmup, device="cpu"):
+def torch_nli_step(cfg, batch, device):
     import torch
     setup_torch(torch)
     torch.set_default_tensor_type(torch.cuda.FloatTensor if device == "cuda" else torch.FloatTensor)
     model = torch_nli(torch)(cfg["head"], cfg["vocab"]).to(device)
     init_like_wedge(torch, model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     T = NLI_PREMISE + NLI_HYPOTHESIS
     segments = (torch.arange(T, device=device) >= NLI_PREMISE).long().expand(batch, T)
 
@@ -621,14 +647,10 @@ def bench_torch_nli(cfg, batch, steps, warmup, device="cpu"):
         labels = torch.randint(0, 3, (batch,), device=device)
         train_step(torch, model, opt, lambda: torch.nn.functional.cross_entropy(model(ids, segments).float(), labels),
                    device, cfg.get("precision") == "bf16")
-    med, untimed = timed_steps(step, steps, warmup, sync)
-    return {"step_ms": med * 1000, "tokens_per_s": batch * T / med, "pairs_per_s": batch / med, "untimed_steps": untimed,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return step, T
 
 
-def bench_torch(cfg, batch, steps, warmup, device="cpu"):
-    if cfg.get("task") == "nli":
-        return bench_torch_nli(cfg, batch, steps, warmup, device)
+def torch_lm_step(cfg, batch, device):
     import torch
     setup_torch(torch)
     LM = torch_models(torch)
@@ -636,7 +658,6 @@ def bench_torch(cfg, batch, steps, warmup, device="cpu"):
     model = LM(cfg["model"], cfg["vocab"], cfg["layers"], cfg["d"], cfg["dff"], cfg["heads"], cfg["block"], cfg["rank"],
                cfg["windows"]).to(device)
     init_like_wedge(torch, model)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     V = cfg["vocab"]
 
@@ -652,11 +673,59 @@ def bench_torch(cfg, batch, steps, warmup, device="cpu"):
             # (autocast would do the same, cross_entropy is on its fp32 list); free in fp32.
             return torch.nn.functional.cross_entropy(logits.reshape(-1, V).float(), x[:, 1:].reshape(-1)) + aux
         train_step(torch, model, opt, forward, device, cfg.get("precision") == "bf16")
+    return step, cfg["block"]
+
+
+def torch_step(cfg, batch, device):
+    """One PyTorch training step of the configuration, as a function, and the tokens of one
+    sequence (pairs of the NLI task count premise + hypothesis)."""
+    return (torch_nli_step if cfg.get("task") == "nli" else torch_lm_step)(cfg, batch, device)
+
+
+def bench_torch(cfg, batch, steps, warmup, device="cpu"):
+    import torch
+    step, T = torch_step(cfg, batch, device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     med, untimed = timed_steps(step, steps, warmup, sync)
     peak = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else \
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"step_ms": med * 1000, "tokens_per_s": batch * cfg["block"] / med, "untimed_steps": untimed,
-            "peak_rss_mb": peak}
+    result = {"step_ms": med * 1000, "tokens_per_s": batch * T / med, "untimed_steps": untimed, "peak_rss_mb": peak}
+    if cfg.get("task") == "nli":
+        result["pairs_per_s"] = batch / med
+    return result
+
+
+def profile_torch(cfg, batch, steps, warmup, device="cpu", rows=30):
+    """torch.profiler's table of one configuration's PyTorch step, operators by their own
+    (self) CPU time, so that the ops where PyTorch spends its step, and any that a better
+    formulation would remove, are visible. After the timing's warm-up, `steps` steps are
+    recorded one at a time, each after an unrecorded step under the profiler (the profiler's
+    own allocations move glibc's heap, so the first step under it page-faults the big
+    buffers in again: 1-2 s of fill_ and log-softmax backward that plain steps never pay),
+    and the table is the median recorded step's: on this shared machine a single step now
+    and then takes 2-3x as long."""
+    import torch
+    step, _ = torch_step(cfg, batch, device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    timed_steps(step, 0, warmup, sync)
+    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device == "cuda" else [])
+    recorded, elapsed = [], []
+
+    def ready(prof):
+        recorded.append((elapsed[-1], prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows,
+                                                                max_name_column_width=44)))
+    schedule = torch.profiler.schedule(wait=0, warmup=1, active=1, repeat=steps)
+    with torch.profiler.profile(activities=activities, schedule=schedule, on_trace_ready=ready) as prof:
+        for _ in range(2 * steps):
+            t0 = time.perf_counter()
+            step()
+            sync()
+            elapsed.append(time.perf_counter() - t0)
+            prof.step()
+    recorded.sort(key=lambda r: r[0])
+    ms, table = recorded[len(recorded) // 2]
+    return {"table": f"median recorded step of {len(recorded)}: {ms * 1000:.0f} ms (all: "
+                     f"{', '.join(f'{r[0] * 1000:.0f}' for r in recorded)} ms)\n{table}"}
 
 
 # ---- --check-formulations: the fast forms against plainly literal ones ------------------
@@ -683,6 +752,15 @@ def plucker_mean_reference(torch, z, offsets, eps=PLUCKER_EPS):
                 ps.append(p / p.norm(dim=-1, keepdim=True).clamp_min(eps))
         rows.append(sum(ps) / len(ps) if ps else z.new_zeros(B, r * (r - 1) // 2))
     return torch.stack(rows, 1)
+
+
+def wedge_pairs_by_columns(torch, z, w, index):
+    """wedge_pairs by one index_select of columns of (rows, 2r) (this script's before)."""
+    r, P = z.shape[-1], index.numel() // 2
+    zw = torch.cat([z, w], -1).reshape(-1, 2 * r)
+    ii, jj = index[:P], index[P:]
+    x = zw.index_select(1, torch.cat([ii, jj + r, jj, ii + r])).view(-1, 4, P)
+    return (x[:, 0] * x[:, 1] - x[:, 2] * x[:, 3]).view(*z.shape[:-1], P)
 
 
 def plucker_mean_per_offset(torch, z, offsets, eps=PLUCKER_EPS):
@@ -886,6 +964,9 @@ def check_formulations():
     ident = lambda x: x
     ms = median_ms({
         "this script's block (wedge's shortcuts)": fwd_bwd(lambda: mix(h, ident), h),
+        "the same mean, pair coordinates gathered by columns": fwd_bwd(
+            lambda: mix_block_reference(torch, mix, h, ident, lambda torch, z, o: plucker_mean(
+                torch, z, o, pairs=wedge_pairs_by_columns)), h),
         "pairs gathered once, offsets batched (B, m, L, pairs)": fwd_bwd(
             lambda: mix_block_reference(torch, mix, h, ident, plucker_mean_gathered), h),
         "pairs indexed per offset, accumulator padded per offset": fwd_bwd(
@@ -907,6 +988,8 @@ def check_formulations():
     ms = median_ms({
         "this script's attention (baddbmm with a cached mask)": fwd_bwd(lambda: attention(torch, q, k, v, True), q, k, v),
         "divide, triu mask, masked_fill, softmax, matmul": fwd_bwd(lambda: attention_plain(torch, q, k, v), q, k, v),
+        "PyTorch's own F._scaled_dot_product_attention (is_causal)": fwd_bwd(
+            lambda: torch.nn.functional._scaled_dot_product_attention(q, k, v, None, 0.0, False, True)[0], q, k, v),
     })
     report("fp32 forward + backward of causal attention, 128 (batch x heads) x 128 x 64:", ms,
            "this script's attention (baddbmm with a cached mask)")
@@ -914,32 +997,32 @@ def check_formulations():
     return 0 if not failures else 1
 
 
+def run_wedge(cmd):
+    """wedge's result line (its --json), run with its own OpenBLAS build, not PyTorch's."""
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def bench_wedge(wedge, cfg, batch, steps, warmup, device="cpu"):
     if cfg.get("task") == "nli":
         cmd = [wedge, "bench-step", "--task", "nli", "--head", cfg["head"], "--vocab-size", str(cfg["vocab"]), "--batch",
                str(batch), "--steps", str(steps), "--warmup-steps", str(warmup), "--threads", "2", "--json"]
-        return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+        return run_wedge(cmd)
     cmd = [wedge, "bench-step", "--model", cfg["model"], "--vocab-size", str(cfg["vocab"]), "--layers", str(cfg["layers"]),
            "--d-model", str(cfg["d"]), "--d-ff", str(cfg["dff"]), "--heads", str(cfg["heads"]), "--block", str(cfg["block"]),
            "--rank", str(cfg["rank"]), "--windows", ",".join(map(str, cfg["windows"])), "--batch", str(batch),
            "--steps", str(steps), "--warmup-steps", str(warmup), "--threads", "2", "--device", device,
            "--precision", cfg.get("precision", "fp32"), "--json"]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
-    return json.loads(out)
+    return run_wedge(cmd)
 
 
-OPENMP_BLAS = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
-
-
-def run_in_child(args, cfg, batch, steps, warmup):
-    """PyTorch in a fresh process so its peak RSS is its own. When Debian's OpenMP build of
-    OpenBLAS is installed (libopenblas0-openmp), PyTorch gets it: its GEMMs then share
-    PyTorch's OpenMP thread pool instead of fighting it."""
-    env = dict(os.environ)
-    if os.path.isdir(OPENMP_BLAS):
-        env["LD_LIBRARY_PATH"] = OPENMP_BLAS
-    out = subprocess.run([sys.executable, __file__, "--torch-child", json.dumps([cfg, batch, steps, warmup, args.device])],
-                         check=True, capture_output=True, text=True, env=env).stdout.strip().splitlines()[-1]
+def run_in_child(args, cfg, batch, steps, warmup, mode="time"):
+    """PyTorch in a fresh process (with the environment reexec_with_env set) so that its peak
+    RSS is its own. mode "profile" returns the profiler's table instead of the timing."""
+    job = json.dumps([mode, cfg, batch, steps, warmup, args.device])
+    out = subprocess.run([sys.executable, __file__, "--torch-child", job],
+                         check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
     return json.loads(out)
 
 
@@ -960,13 +1043,23 @@ def main():
     ap.add_argument("--check-formulations", action="store_true",
                     help="check PyTorch's fast forms against literal references (float64) and time them beside the "
                          "usual forms, in seconds; exit status 1 on a failure")
+    ap.add_argument("--profile", action="store_true",
+                    help="instead of timing, torch.profiler's table of each PyTorch model's steps (with --bf16 also "
+                         "under autocast): where PyTorch spends its step")
     ap.add_argument("--torch-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    try:
+        import torch  # noqa: F401 (only to say plainly what is missing)
+    except ImportError:
+        sys.exit("compare_pytorch.py: PyTorch is not installed; Debian's packages it runs against: "
+                 "apt-get install python3-torch libopenblas0-openmp")
+    if not (args.check_formulations or args.torch_child or args.profile or os.access(args.wedge, os.X_OK)):
+        sys.exit(f"compare_pytorch.py: no wedge binary at {args.wedge}: build it (tools/setup.sh) or pass --wedge PATH")
     if args.check_formulations:
         sys.exit(check_formulations())
     if args.torch_child:
-        cfg, batch, steps, warmup, device = json.loads(args.torch_child)
-        print(json.dumps(bench_torch(cfg, batch, steps, warmup, device)))
+        mode, cfg, batch, steps, warmup, device = json.loads(args.torch_child)
+        print(json.dumps((profile_torch if mode == "profile" else bench_torch)(cfg, batch, steps, warmup, device)))
         return
 
     runs = []
@@ -984,6 +1077,13 @@ def main():
         else:
             runs.append(({"model": model, "vocab": 8192, "layers": 4, "d": 128, "dff": 512, "heads": 4, "block": 128,
                           "rank": 16, "windows": [1, 2, 4, 8, 12, 16]}, 16))
+    if args.profile:
+        for cfg, batch in runs:
+            for precision in ("fp32", "bf16") if args.bf16 else ("fp32",):
+                print(f"PyTorch {cfg['model']}, {precision}, batch {batch} x {cfg['block']}, {args.steps} steps:", flush=True)
+                print(run_in_child(args, dict(cfg, precision=precision), batch, args.steps, 1, "profile")["table"],
+                      flush=True)
+        return
     if args.bf16:
         # Four rows per model in one pass, alternating the engines.
         print(f"{'model':<12} {'batch':>5} {'wedge fp32':>11} {'wedge bf16':>11} {'torch fp32':>11} {'torch bf16':>11} "
