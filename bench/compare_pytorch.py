@@ -1051,8 +1051,8 @@ def main():
     try:
         import torch  # noqa: F401 (only to say plainly what is missing)
     except ImportError:
-        sys.exit("compare_pytorch.py: PyTorch is not installed; Debian's packages it runs against: "
-                 "apt-get install python3-torch libopenblas0-openmp")
+        sys.exit("compare_pytorch.py: PyTorch is not installed: tools/setup.sh --with-pytorch installs Debian's "
+                 "python3-torch and libopenblas0-openmp")
     if not (args.check_formulations or args.torch_child or args.profile or os.access(args.wedge, os.X_OK)):
         sys.exit(f"compare_pytorch.py: no wedge binary at {args.wedge}: build it (tools/setup.sh) or pass --wedge PATH")
     if args.check_formulations:

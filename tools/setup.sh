@@ -2,8 +2,10 @@
 # Installs wedge's build dependencies from Debian packages (when missing), then configures
 # and builds everything into build/. Safe to run again: it only installs what is absent.
 #
-#   tools/setup.sh            # Release build in build/
+#   tools/setup.sh                  # Release build in build/
 #   BUILD_DIR=out tools/setup.sh
+#   tools/setup.sh --with-pytorch   # also Debian's PyTorch and OpenMP OpenBLAS, which only
+#                                   # bench/compare_pytorch.py uses (wedge never does)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -14,6 +16,11 @@ BUILD_DIR="${BUILD_DIR:-build}"
 packages=(build-essential cmake pkg-config libopenblas-dev libfmt-dev doctest-dev
           libbenchmark-dev libcli11-dev nlohmann-json3-dev libutf8proc-dev
           openmpi-bin libopenmpi-dev)
+case "${1:-}" in
+  "") ;;
+  --with-pytorch) packages+=(python3-torch libopenblas0-openmp) ;;
+  *) echo "setup: unknown option $1 (the one option is --with-pytorch)" >&2; exit 2 ;;
+esac
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
