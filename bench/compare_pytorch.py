@@ -17,7 +17,7 @@ with them.
     /usr/bin/python3 bench/compare_pytorch.py                 # small config, both models
     /usr/bin/python3 bench/compare_pytorch.py --paper         # 6-layer paper config (slow)
     /usr/bin/python3 bench/compare_pytorch.py --seq-scaling   # 2 layers, d 128, batch 1, L 256..8192
-    /usr/bin/python3 bench/compare_pytorch.py --paper --models sheaf   # SheafStateLM (PyTorch peaks ~22 GB)
+    /usr/bin/python3 bench/compare_pytorch.py --paper --models sheaf   # SheafStateLM (PyTorch peaks 11-22 GB)
     /usr/bin/python3 bench/compare_pytorch.py --nli --models transformer,grassmann,sheaf   # the SNLI classifier
     /usr/bin/python3 bench/compare_pytorch.py --paper --bf16  # also mixed precision, both engines
 
@@ -66,10 +66,11 @@ def reexec_with_env():
         return
     env = dict(os.environ)
     env.update(ENV)
+    env["WEDGE_BENCH_LD_LIBRARY_PATH"] = os.environ.get("LD_LIBRARY_PATH", "")  # wedge's, restored by run_wedge
     if os.path.isdir(OPENMP_BLAS):  # for every PyTorch this script starts, --check-formulations' included
-        env["LD_LIBRARY_PATH"] = OPENMP_BLAS
+        env["LD_LIBRARY_PATH"] = ":".join(p for p in (OPENMP_BLAS, os.environ.get("LD_LIBRARY_PATH")) if p)
     if has_avx512():
-        env["ATEN_CPU_CAPABILITY"] = "avx512"
+        env.setdefault("ATEN_CPU_CAPABILITY", "avx512")
     env["WEDGE_BENCH_CHILD"] = "1"
     os.execve(sys.executable, [sys.executable] + sys.argv, env)
 
@@ -818,6 +819,20 @@ def attention_reference(torch, q, k, v, causal):
     return torch.stack(rows, 1)
 
 
+def own_attention(torch):
+    """PyTorch's own causal scaled-dot-product attention: private in 1.13 (returning the
+    output and the weights), public from 2.0."""
+    F = torch.nn.functional
+    if hasattr(F, "scaled_dot_product_attention"):
+        def scaled_dot_product_attention(q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    else:
+        def _scaled_dot_product_attention(q, k, v):
+            return F._scaled_dot_product_attention(q, k, v, None, 0.0, False, True)[0]
+        return _scaled_dot_product_attention
+    return scaled_dot_product_attention
+
+
 def attention_plain(torch, q, k, v):
     """The usual causal attention: scores divided, a triu mask built and masked_fill'ed."""
     L, dh = q.shape[1], q.shape[2]
@@ -985,11 +1000,11 @@ def check_formulations():
     }, reps=3)
     report(f"the same at batch {B} x {L}, d {d}, rank {r}:", ms, "this script's block")
     q, k, v = (torch.randn(128, 128, 64, requires_grad=True) for _ in range(3))
+    sdpa = own_attention(torch)
     ms = median_ms({
         "this script's attention (baddbmm with a cached mask)": fwd_bwd(lambda: attention(torch, q, k, v, True), q, k, v),
         "divide, triu mask, masked_fill, softmax, matmul": fwd_bwd(lambda: attention_plain(torch, q, k, v), q, k, v),
-        "PyTorch's own F._scaled_dot_product_attention (is_causal)": fwd_bwd(
-            lambda: torch.nn.functional._scaled_dot_product_attention(q, k, v, None, 0.0, False, True)[0], q, k, v),
+        f"PyTorch's own F.{sdpa.__name__} (is_causal)": fwd_bwd(lambda: sdpa(q, k, v), q, k, v),
     })
     report("fp32 forward + backward of causal attention, 128 (batch x heads) x 128 x 64:", ms,
            "this script's attention (baddbmm with a cached mask)")
@@ -998,8 +1013,10 @@ def check_formulations():
 
 
 def run_wedge(cmd):
-    """wedge's result line (its --json), run with its own OpenBLAS build, not PyTorch's."""
-    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    """wedge's result line (its --json), run with the library path the script was started
+    with: its own OpenBLAS build, not the one PyTorch was given."""
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.environ.get("WEDGE_BENCH_LD_LIBRARY_PATH", "")
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -1007,7 +1024,8 @@ def run_wedge(cmd):
 def bench_wedge(wedge, cfg, batch, steps, warmup, device="cpu"):
     if cfg.get("task") == "nli":
         cmd = [wedge, "bench-step", "--task", "nli", "--head", cfg["head"], "--vocab-size", str(cfg["vocab"]), "--batch",
-               str(batch), "--steps", str(steps), "--warmup-steps", str(warmup), "--threads", "2", "--json"]
+               str(batch), "--steps", str(steps), "--warmup-steps", str(warmup), "--threads", "2", "--device", device,
+               "--json"]
         return run_wedge(cmd)
     cmd = [wedge, "bench-step", "--model", cfg["model"], "--vocab-size", str(cfg["vocab"]), "--layers", str(cfg["layers"]),
            "--d-model", str(cfg["d"]), "--d-ff", str(cfg["dff"]), "--heads", str(cfg["heads"]), "--block", str(cfg["block"]),
@@ -1026,6 +1044,13 @@ def run_in_child(args, cfg, batch, steps, warmup, mode="time"):
     return json.loads(out)
 
 
+def positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--wedge", default=os.path.join(os.path.dirname(__file__), "..", "build", "wedge"))
@@ -1034,7 +1059,7 @@ def main():
     ap.add_argument("--models", default="transformer,grassmann")
     ap.add_argument("--nli", action="store_true",
                     help="the sentence-pair classifier (SNLI) with each head of --models, batch 32 of 24 + 16 tokens")
-    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--steps", type=positive_int, default=3, help="timed (or profiled) steps per run")
     ap.add_argument("--literal", action="store_true",
                     help="also time PyTorch's GrassmannLM in the paper code's literal form (an extra, labelled row)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda (both engines on the same device)")
@@ -1048,9 +1073,8 @@ def main():
                          "under autocast): where PyTorch spends its step")
     ap.add_argument("--torch-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    try:
-        import torch  # noqa: F401 (only to say plainly what is missing)
-    except ImportError:
+    import importlib.util
+    if importlib.util.find_spec("torch") is None:
         sys.exit("compare_pytorch.py: PyTorch is not installed: tools/setup.sh --with-pytorch installs Debian's "
                  "python3-torch and libopenblas0-openmp")
     if not (args.check_formulations or args.torch_child or args.profile or os.access(args.wedge, os.X_OK)):
