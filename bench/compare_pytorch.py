@@ -677,6 +677,11 @@ def torch_lm_step(cfg, batch, device):
     return step, cfg["block"]
 
 
+def device_sync(torch, device):
+    """Waits for the device's queued work, so that a step's time is its whole time."""
+    return torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+
 def torch_step(cfg, batch, device):
     """One PyTorch training step of the configuration, as a function, and the tokens of one
     sequence (pairs of the NLI task count premise + hypothesis)."""
@@ -686,7 +691,7 @@ def torch_step(cfg, batch, device):
 def bench_torch(cfg, batch, steps, warmup, device="cpu"):
     import torch
     step, T = torch_step(cfg, batch, device)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync = device_sync(torch, device)
     med, untimed = timed_steps(step, steps, warmup, sync)
     peak = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else \
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -707,7 +712,7 @@ def profile_torch(cfg, batch, steps, warmup, device="cpu", rows=30):
     and then takes 2-3x as long."""
     import torch
     step, _ = torch_step(cfg, batch, device)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync = device_sync(torch, device)
     timed_steps(step, 0, warmup, sync)
     activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device == "cuda" else [])
     recorded, elapsed = [], []
@@ -820,17 +825,13 @@ def attention_reference(torch, q, k, v, causal):
 
 
 def own_attention(torch):
-    """PyTorch's own causal scaled-dot-product attention: private in 1.13 (returning the
-    output and the weights), public from 2.0."""
+    """PyTorch's own causal scaled-dot-product attention, as (its name, q, k, v -> output):
+    private in 1.13 (returning the output and the weights), public from 2.0."""
     F = torch.nn.functional
     if hasattr(F, "scaled_dot_product_attention"):
-        def scaled_dot_product_attention(q, k, v):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    else:
-        def _scaled_dot_product_attention(q, k, v):
-            return F._scaled_dot_product_attention(q, k, v, None, 0.0, False, True)[0]
-        return _scaled_dot_product_attention
-    return scaled_dot_product_attention
+        return "F.scaled_dot_product_attention", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return "F._scaled_dot_product_attention", \
+        lambda q, k, v: F._scaled_dot_product_attention(q, k, v, None, 0.0, False, True)[0]
 
 
 def attention_plain(torch, q, k, v):
@@ -1000,11 +1001,11 @@ def check_formulations():
     }, reps=3)
     report(f"the same at batch {B} x {L}, d {d}, rank {r}:", ms, "this script's block")
     q, k, v = (torch.randn(128, 128, 64, requires_grad=True) for _ in range(3))
-    sdpa = own_attention(torch)
+    sdpa_name, sdpa = own_attention(torch)
     ms = median_ms({
         "this script's attention (baddbmm with a cached mask)": fwd_bwd(lambda: attention(torch, q, k, v, True), q, k, v),
         "divide, triu mask, masked_fill, softmax, matmul": fwd_bwd(lambda: attention_plain(torch, q, k, v), q, k, v),
-        f"PyTorch's own F.{sdpa.__name__} (is_causal)": fwd_bwd(lambda: sdpa(q, k, v), q, k, v),
+        f"PyTorch's own {sdpa_name} (is_causal)": fwd_bwd(lambda: sdpa(q, k, v), q, k, v),
     })
     report("fp32 forward + backward of causal attention, 128 (batch x heads) x 128 x 64:", ms,
            "this script's attention (baddbmm with a cached mask)")
