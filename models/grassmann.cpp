@@ -28,20 +28,38 @@ GrassmannMixing::GrassmannMixing(const LMConfig& c, std::vector<std::int32_t> of
     out_ = &register_module("out", std::make_shared<nn::Linear>(c.d_model, c.d_model, init));
 }
 
-const Tensor& GrassmannMixing::validity_mask(std::int64_t L, Device device) const {
-  if (mask_.defined() && mask_.size(0) == L && mask_.device() == device) return mask_;
-  // Causal: t has a partner iff t - Δ >= 0 for the smallest Δ. Leaky: iff t + Δ <= L - 1.
+Tensor GrassmannMixing::validity_mask(std::int64_t first, std::int64_t L, Device device) const {
+  const bool cache = first == 0;
+  if (cache && mask_.defined() && mask_.size(0) == L && mask_.device() == device) return mask_;
+  // Causal: t has a partner iff t - Δ >= 0 for the smallest Δ. Leaky: iff t + Δ <= L - 1
+  // (within the L positions given; a stream's leaky model sees no further).
   const std::int32_t smallest = *std::min_element(offsets_.begin(), offsets_.end());
   std::vector<float> valid(static_cast<std::size_t>(L));
   for (std::int64_t t = 0; t < L; ++t)
-    valid[static_cast<std::size_t>(t)] = leaky_ ? (t + smallest <= L - 1) : (t - smallest >= 0);
-  mask_ = Tensor::from_vector(valid, {L, 1}).to(device);
-  return mask_;
+    valid[static_cast<std::size_t>(t)] = leaky_ ? (t + smallest <= L - 1) : (first + t - smallest >= 0);
+  Tensor mask = Tensor::from_vector(valid, {L, 1}).to(device);
+  if (cache) mask_ = mask;
+  return mask;
 }
 
-Tensor GrassmannMixing::forward(const Tensor& h) const {
-  const Tensor z = reduce_.forward(h);  // (B, L, r)
-  Tensor p_mean;                        // (B, L, r(r-1)/2)
+Tensor GrassmannMixing::forward(const Tensor& h) const { return mix(reduce_.forward(h), 0); }
+
+Tensor GrassmannMixing::forward_stream(const Tensor& h, std::int64_t position, Tensor& recent) const {
+  const std::int64_t n = h.size(1), w = recent.defined() ? recent.size(1) : 0;
+  // Pairs reach back max(Δ) positions at most, so the w kept before the new ones are
+  // every partner the new positions have: rows w .. w + n - 1 of the mixing over them
+  // are the full forward's rows position .. position + n - 1.
+  const Tensor z_new = reduce_.forward(h);
+  const Tensor z = w > 0 ? ops::cat({recent, z_new}, 1) : z_new;
+  const Tensor g = ops::narrow(mix(z, position - w), 1, w, n);
+  const std::int64_t farthest = *std::max_element(offsets_.begin(), offsets_.end());
+  const std::int64_t keep = std::min(farthest, w + n);
+  recent = ops::narrow(z, 1, w + n - keep, keep).contiguous();
+  return g;
+}
+
+Tensor GrassmannMixing::mix(const Tensor& z, std::int64_t first) const {
+  Tensor p_mean;  // (B, L, r(r-1)/2)
   if (!leaky_) {
     p_mean = ops::plucker_mean(z, offsets_);
   } else {
@@ -49,8 +67,13 @@ Tensor GrassmannMixing::forward(const Tensor& h) const {
     p_mean = reverse_positions(ops::plucker_mean(reverse_positions(z), offsets_));
   }
   Tensor g;
+  const std::int64_t rows = z.size(0) * z.size(1), pairs = p_mean.size(2);
   if (out_ == nullptr) {
     g = plucker_.forward(p_mean);
+  } else if (rows <= pairs) {
+    // Few rows (a stream's new tokens): two thin products cost rows (P d + d²), less than
+    // folding the maps (d² P) would.
+    g = out_->forward(plucker_.forward(p_mean));
   } else {
     // W_o (W_plü p + b_plü) + b_o = (W_o W_plü) p + (W_o b_plü + b_o): both maps are
     // linear, so fold them into one (d, P) matrix first — a (d x d x P) product per step
@@ -61,7 +84,10 @@ Tensor GrassmannMixing::forward(const Tensor& h) const {
     g = ops::linear(p_mean, folded_weight, folded_bias);
   }
   // p_mean is already 0 where no offset is valid; the mask removes the biases there too.
-  return g * validity_mask(h.size(1), h.device());
+  // (A stream's positions past the smallest offset all have a partner: nothing to mask.)
+  const std::int32_t smallest = *std::min_element(offsets_.begin(), offsets_.end());
+  if (!leaky_ && first >= smallest) return g;
+  return g * validity_mask(first, z.size(1), z.device());
 }
 
 GrassmannBlock::GrassmannBlock(const LMConfig& c, std::vector<std::int32_t> offsets,
@@ -77,8 +103,14 @@ GrassmannBlock::GrassmannBlock(const LMConfig& c, std::vector<std::int32_t> offs
           register_module("ffn_dropout", std::make_shared<nn::Dropout>(c.dropout, dropout))),
       norm2_(register_module("norm2", std::make_shared<nn::LayerNorm>(c.d_model))) {}
 
-Tensor GrassmannBlock::forward(const Tensor& h_in) const {
-  const Tensor g = mixing_dropout_.forward(mixing_.forward(h_in));
+Tensor GrassmannBlock::forward(const Tensor& h_in) const { return after_mixing(h_in, mixing_.forward(h_in)); }
+
+Tensor GrassmannBlock::forward_stream(const Tensor& h_in, std::int64_t position, Tensor& recent) const {
+  return after_mixing(h_in, mixing_.forward_stream(h_in, position, recent));
+}
+
+Tensor GrassmannBlock::after_mixing(const Tensor& h_in, const Tensor& mixed) const {
+  const Tensor g = mixing_dropout_.forward(mixed);
   // alpha = sigmoid(W_gate [h; g] + b_gate), h_mix = alpha h + (1 - alpha) g: one fused op.
   const Tensor h_mix = ops::gate_mix(gate_.forward(ops::cat({h_in, g}, 2)), h_in, g);
   const Tensor h = norm1_.forward(h_mix);
@@ -96,6 +128,32 @@ GrassmannLM::GrassmannLM(const LMConfig& config) : TiedEmbeddingLM(config) {
 Tensor GrassmannLM::run_blocks(const Tensor& h_in) {
   Tensor h = h_in;
   for (GrassmannBlock* block : blocks_) h = block->forward(h);
+  return h;
+}
+
+}  // namespace wedge::models
+
+namespace wedge::models {
+
+namespace {
+
+struct RecentVectors final : TiedEmbeddingLM::BlocksState {
+  std::vector<Tensor> z;  // per layer, (B, min(position, max Δ), r)
+  std::int64_t bytes() const override { return bytes_of(z); }
+};
+
+}  // namespace
+
+std::unique_ptr<TiedEmbeddingLM::BlocksState> GrassmannLM::new_blocks_state(std::int64_t /*batch*/) const {
+  auto state = std::make_unique<RecentVectors>();
+  state->z.resize(blocks_.size());
+  return state;
+}
+
+Tensor GrassmannLM::run_blocks_stream(const Tensor& h_in, std::int64_t position, BlocksState& state) {
+  auto& recent = static_cast<RecentVectors&>(state);
+  Tensor h = h_in;
+  for (std::size_t i = 0; i < blocks_.size(); ++i) h = blocks_[i]->forward_stream(h, position, recent.z[i]);
   return h;
 }
 

@@ -43,11 +43,18 @@ class GrassmannMixing : public Module {
  public:
   GrassmannMixing(const LMConfig& config, std::vector<std::int32_t> offsets, Generator& init);
   Tensor forward(const Tensor& h) const;
+  // The mixing for the positions [position, position + n) of a stream, h (B, n, d).
+  // `recent` (B, w, r) holds z of the w = min(position, max Δ) positions before (undefined
+  // at position 0) and is advanced past the new ones: the layer's whole state.
+  Tensor forward_stream(const Tensor& h, std::int64_t position, Tensor& recent) const;
   const std::vector<std::int32_t>& offsets() const { return offsets_; }
 
  private:
-  // 1 where position t has at least one valid partner, else 0; (L, 1), cached per L.
-  const Tensor& validity_mask(std::int64_t L, Device device) const;
+  // Steps 2-4 over z (B, L, r) of the consecutive positions first, first + 1, ...
+  Tensor mix(const Tensor& z, std::int64_t first) const;
+  // 1 where the position has at least one valid partner, else 0; (L, 1) for the positions
+  // first .. first + L - 1; cached for first = 0 (the training forward), per L.
+  Tensor validity_mask(std::int64_t first, std::int64_t L, Device device) const;
 
   std::vector<std::int32_t> offsets_;
   bool leaky_;
@@ -62,9 +69,14 @@ class GrassmannBlock : public Module {
   GrassmannBlock(const LMConfig& config, std::vector<std::int32_t> offsets, Generator& init,
                  Generator& dropout);
   Tensor forward(const Tensor& h) const;
+  // The block for the positions [position, position + n) of a stream (GrassmannMixing).
+  Tensor forward_stream(const Tensor& h, std::int64_t position, Tensor& recent) const;
   const GrassmannMixing& mixing() const { return mixing_; }
 
  private:
+  // Everything after the mixing: the gate, LayerNorm, the feed-forward sub-layer.
+  Tensor after_mixing(const Tensor& h, const Tensor& g) const;
+
   GrassmannMixing& mixing_;
   nn::Dropout& mixing_dropout_;
   nn::Linear& gate_;  // W_gate (d, 2d), b_gate
@@ -80,6 +92,9 @@ class GrassmannLM : public TiedEmbeddingLM {
 
  protected:
   Tensor run_blocks(const Tensor& h) override;
+  // Each layer's last max(Δ) reduced vectors z: constant in the position.
+  std::unique_ptr<BlocksState> new_blocks_state(std::int64_t batch) const override;
+  Tensor run_blocks_stream(const Tensor& h, std::int64_t position, BlocksState& state) override;
 
  private:
   std::vector<GrassmannBlock*> blocks_;  // owned through register_module

@@ -64,6 +64,27 @@ struct LMConfig {
 void to_json(nlohmann::json& j, const LMConfig& c);
 void from_json(const nlohmann::json& j, LMConfig& c);
 
+// Incremental decoding: what B sequences' next tokens need of their past, kept between
+// calls, so that each new token costs the same whatever came before it (models/README.md,
+// "Streams"). TransformerLM keeps every layer's keys and values (a cache that grows with
+// the position); GrassmannLM keeps every layer's last max(Δ) reduced vectors and
+// SheafStateLM every layer's scan state and the summaries of the patches its cover can
+// still reach — both constant in the position. The logits a stream returns equal
+// forward()'s at the same positions (up to float rounding; tests/models/test_stream.cpp).
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  // ids (B, n) int32, n >= 1: the next n tokens of each of the B sequences -> logits
+  // (B, n, V) of those positions, or (B, 1, V) of the last one when last_only. Runs without
+  // gradients; the model must be in eval mode. Fails (naming --block) when the stream would
+  // pass capacity().
+  virtual Tensor feed(const Tensor& ids, bool last_only = false) = 0;
+  virtual std::int64_t batch() const = 0;
+  virtual std::int64_t position() const = 0;  // tokens fed so far, per sequence
+  virtual std::int64_t capacity() const = 0;  // the most positions it holds (the model's block)
+  virtual std::int64_t state_bytes() const = 0;  // the memory kept between calls
+};
+
 class LanguageModel : public Module {
  public:
   // ids (B, L) int32 with L <= config().block -> logits (B, L, V).
@@ -86,6 +107,8 @@ class LanguageModel : public Module {
   virtual std::size_t batch_counts_size() const { return 0; }
   virtual std::vector<double> batch_counts() const { return {}; }
   virtual void use_batch_counts(std::vector<double> /*totals*/) {}
+  // A new stream of `batch` sequences at position 0, on the model's device (Stream above).
+  virtual std::unique_ptr<Stream> open_stream(std::int64_t batch) = 0;
   // Model-specific measurements of the latest forward, for metrics.jsonl (empty: none).
   virtual nlohmann::json diagnostics() const { return nlohmann::json::object(); }
 };

@@ -109,6 +109,27 @@ Tensor SheafMixer::summarise(const Tensor& y_last) const {
   return ops::layer_norm(summary_.forward(y_last), Tensor(), Tensor());
 }
 
+std::vector<Tensor> SheafMixer::restrict_all(const Tensor& s) const {
+  const std::int64_t B = s.size(0), ds = section_;
+  const Tensor bank = ops::reshape(restriction_, {depth_ * types_ * ds, ds});
+  const Tensor pi = ops::softmax(type_.forward(s), 1);                                // (B, K)
+  const Tensor all = ops::reshape(ops::linear(s, bank), {B, depth_, types_, ds});     // R[j, k] s
+  return ops::unbind(ops::sum(all * ops::reshape(pi, {B, 1, types_, 1}), {2}), 1);  // Σ_k π_k R[j, k] s
+}
+
+SheafMixer::Glued SheafMixer::glue(const std::vector<Tensor>& cover, const Tensor& anchor) const {
+  Glued g;
+  const Tensor r = ops::stack(cover, 1);  // (B, m, ds)
+  const Tensor scores = ops::sum(r * ops::unsqueeze(query_.forward(anchor), 1), {2}) * (1.0 / std::sqrt(double(section_)));
+  g.weights = ops::softmax(scores, 1);                                                   // a_pq, (B, m)
+  g.section = ops::sum(r * ops::unsqueeze(g.weights, 2), {1});                           // c_p, (B, ds)
+  const Tensor spread = ops::sum(ops::pow_scalar(r - ops::unsqueeze(g.section, 1), 2.0), {2});  // (B, m)
+  g.energy = ops::sum(g.weights * spread, {1});                                          // E_p, (B)
+  const Tensor scale = ops::sum(g.weights * ops::sum(r * r, {2}), {1});                  // Σ a ||r||^2
+  g.energy_normalised = g.energy / (scale + 1e-6);
+  return g;
+}
+
 Tensor SheafMixer::forward(const Tensor& h, GluingReport& report) const {
   const std::int64_t B = h.size(0), L = h.size(1), E = inner_, N = state_, P = patch_, ds = section_;
   const std::int64_t patches = ceil_div(L, P);
@@ -141,17 +162,11 @@ Tensor SheafMixer::forward(const Tensor& h, GluingReport& report) const {
   const std::vector<Tensor> y0_last = ops::unbind(ops::reshape(gather_rows(y0, E, last_rows), {B, patches, E}), 1);
 
   // G: the chain over patches. restricted[q][j] holds R(π_q, δ_j) s_q.
-  const Tensor bank = ops::reshape(restriction_, {depth_ * types_ * ds, ds});
   std::vector<std::vector<Tensor>> restricted(static_cast<std::size_t>(patches));
   std::vector<Tensor> summaries(restricted.size()), sections, state_x, state_b, energies, normalised;
   // In eval mode, a_pq is kept for the report, in D slots per patch (slot j: q = p - 2^j).
   const bool report_weights = !is_training();
   std::vector<Tensor> weight_rows;
-  auto restrict_all = [&](const Tensor& s) {  // s (B, ds) -> D tensors (B, ds)
-    const Tensor pi = ops::softmax(type_.forward(s), 1);                                  // (B, K)
-    const Tensor all = ops::reshape(ops::linear(s, bank), {B, depth_, types_, ds});        // R[j, k] s
-    return ops::unbind(ops::sum(all * ops::reshape(pi, {B, 1, types_, 1}), {2}), 1);     // Σ_k π_k R[j, k] s
-  };
   for (std::int64_t p = 0; p < patches; ++p) {
     const std::size_t pu = static_cast<std::size_t>(p);
     std::vector<Tensor> cover;  // r_pq, (B, ds) each
@@ -171,18 +186,12 @@ Tensor SheafMixer::forward(const Tensor& h, GluingReport& report) const {
       c = Tensor::zeros({B, ds}, h.dtype(), device);
       if (report_weights) weight_rows.push_back(Tensor::zeros({B, depth_}, h.dtype(), device));
     } else {
-      const Tensor r = ops::stack(cover, 1);                                            // (B, m, ds)
-      const Tensor anchor = p > 0 ? summaries[static_cast<std::size_t>(p - 1)] : cover.back();
-      const Tensor scores = ops::sum(r * ops::unsqueeze(query_.forward(anchor), 1), {2}) * (1.0 / std::sqrt(double(ds)));
-      const Tensor a = ops::softmax(scores, 1);                                         // (B, m)
-      c = ops::sum(r * ops::unsqueeze(a, 2), {1});                                      // (B, ds)
-      const Tensor spread = ops::sum(ops::pow_scalar(r - ops::unsqueeze(c, 1), 2.0), {2});  // (B, m)
-      const Tensor energy = ops::sum(a * spread, {1});                                  // E_p, (B)
-      const Tensor scale = ops::sum(a * ops::sum(r * r, {2}), {1});                     // Σ a ||r||^2
-      energies.push_back(energy);
-      normalised.push_back(energy / (scale + 1e-6));
+      const Glued glued = glue(cover, p > 0 ? summaries[static_cast<std::size_t>(p - 1)] : cover.back());
+      c = glued.section;
+      energies.push_back(glued.energy);
+      normalised.push_back(glued.energy_normalised);
       if (report_weights) {
-        Tensor w = ops::narrow(a.detach(), 1, 0, slots);
+        Tensor w = ops::narrow(glued.weights.detach(), 1, 0, slots);
         if (slots < depth_) w = ops::cat({w, Tensor::zeros({B, depth_ - slots}, h.dtype(), device)}, 1);
         weight_rows.push_back(w);
       }
@@ -211,6 +220,54 @@ Tensor SheafMixer::forward(const Tensor& h, GluingReport& report) const {
   return out_.forward(y);
 }
 
+std::int64_t SheafLayerStream::bytes() const {
+  std::vector<Tensor> all = {state, section, summary};
+  for (const auto& q : restricted) all.insert(all.end(), q.begin(), q.end());
+  return TiedEmbeddingLM::BlocksState::bytes_of(all);
+}
+
+Tensor SheafMixer::forward_stream(const Tensor& h, std::int64_t position, SheafLayerStream& st,
+                                  std::vector<StreamSegment>& segments) const {
+  const std::int64_t B = h.size(0), n = h.size(1), E = inner_, N = state_, P = patch_;
+  const std::size_t reach = std::size_t{1} << (depth_ - 1);  // the farthest cover distance
+  const ScanInputs in = scan_inputs(h, in_, dt_down_, dt_up_, b_proj_, c_proj_);
+  std::vector<Tensor> ys;
+  for (std::int64_t a = 0; a < n;) {
+    const std::int64_t t = position + a, offset = t % P, length = std::min(n - a, P - offset);
+    if (offset == 0) {
+      // Patch p starts: glue its section from the completed patches p - 2^j of its cover
+      // (restricted holds the latest min(p, 2^(D-1)) of them, newest last), and start
+      // the scan from h0_p = (W_hx c_p) ⊗ (W_hb c_p).
+      std::vector<Tensor> cover;
+      for (std::int64_t j = 0; j < depth_; ++j) {
+        const std::size_t back = std::size_t{1} << j;
+        if (back > st.restricted.size()) break;
+        cover.push_back(st.restricted[st.restricted.size() - back][static_cast<std::size_t>(j)]);
+      }
+      st.section = cover.empty() ? Tensor::zeros({B, section_}, h.dtype(), h.device()) : glue(cover, st.summary).section;
+      st.state = ops::unsqueeze(ops::unsqueeze(state_x_.forward(st.section), 2) * ops::unsqueeze(state_b_.forward(st.section), 1), 1);
+    }
+    auto piece = [&](const Tensor& x) { return ops::narrow(x, 1, a, length); };
+    Tensor last_state;
+    ys.push_back(ops::selective_scan(piece(in.u), piece(in.delta), A_log_, piece(in.B), piece(in.C), D_skip_, dt_bias_,
+                                     st.state, length, piece(in.z), &last_state));
+    st.state = last_state;
+    segments.push_back({a, length, st.section});
+    if (offset + length == P) {
+      // Patch p is complete: its summary from the ungated output at its last token,
+      // y = C · h + D u, joins the cover of the patches after it.
+      const Tensor u_last = ops::reshape(ops::narrow(in.u, 1, a + length - 1, 1), {B, E});
+      const Tensor C_last = ops::reshape(ops::narrow(in.C, 1, a + length - 1, 1), {B, 1, N});
+      const Tensor y_last = ops::sum(ops::reshape(last_state, {B, E, N}) * C_last, {2}) + u_last * D_skip_;
+      st.summary = summarise(y_last);
+      st.restricted.push_back(restrict_all(st.summary));
+      if (st.restricted.size() > reach) st.restricted.pop_front();
+    }
+    a += length;
+  }
+  return out_.forward(ys.size() == 1 ? ys[0] : ops::cat(ys, 1));
+}
+
 // ---- the block: mixer, then the patch-type experts ---------------------------------------
 
 SheafBlock::SheafBlock(const LMConfig& c, Generator& init, Generator& dropout)
@@ -226,6 +283,43 @@ SheafBlock::SheafBlock(const LMConfig& c, Generator& init, Generator& dropout)
                                         std::make_shared<FeedForward>(c.d_model, c.expert_d_ff, init)));
 }
 
+Tensor SheafBlock::experts(const Tensor& x, const Tensor& probs_in, const std::vector<std::int32_t>& patch_row,
+                           std::vector<double>* count) const {
+  const std::int64_t d = x.size(2), K = static_cast<std::int64_t>(experts_.size());
+  const Tensor probs = ops::reshape(probs_in, {-1, K});
+  const std::int64_t rows_of_probs = probs.size(0);
+  const std::vector<float> host = probs.detach().to(Device::cpu()).to(DType::F32).to_vector<float>();
+  std::vector<std::int32_t> expert(static_cast<std::size_t>(rows_of_probs));
+  std::vector<std::int32_t> chosen;  // rows of probs viewed as (rows·K, 1)
+  for (std::int64_t i = 0; i < rows_of_probs; ++i) {
+    const float* row = host.data() + i * K;
+    const std::int64_t e = std::max_element(row, row + K) - row;
+    expert[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(e);
+    chosen.push_back(static_cast<std::int32_t>(i * K + e));
+    if (count != nullptr) (*count)[static_cast<std::size_t>(e)] += 1.0;
+  }
+  // Tokens grouped by expert (stable: in order of position within each group).
+  const auto tokens = static_cast<std::int64_t>(patch_row.size());
+  std::vector<std::vector<std::int32_t>> rows(static_cast<std::size_t>(K));
+  for (std::int64_t i = 0; i < tokens; ++i)
+    rows[static_cast<std::size_t>(expert[static_cast<std::size_t>(patch_row[static_cast<std::size_t>(i)])])].push_back(
+        static_cast<std::int32_t>(i));
+  std::vector<std::int32_t> order, inverse(static_cast<std::size_t>(tokens));
+  std::vector<Tensor> outputs;
+  for (std::int64_t k = 0; k < K; ++k) {
+    const auto& r = rows[static_cast<std::size_t>(k)];
+    if (r.empty()) continue;
+    outputs.push_back(experts_[static_cast<std::size_t>(k)]->forward(gather_rows(x, d, r)));
+    for (std::int32_t row : r) {
+      inverse[static_cast<std::size_t>(row)] = static_cast<std::int32_t>(order.size());
+      order.push_back(row);
+    }
+  }
+  const Tensor grouped = outputs.size() == 1 ? outputs[0] : ops::cat(outputs, 0);  // (tokens, d) by expert
+  const Tensor gate = gather_rows(gather_rows(probs, 1, chosen), 1, patch_row);     // (tokens, 1)
+  return gather_rows(grouped, d, inverse) * gate;
+}
+
 Tensor SheafBlock::forward(const Tensor& h_in, SheafStats& stats) const {
   const std::int64_t B = h_in.size(0), L = h_in.size(1), d = h_in.size(2), K = static_cast<std::int64_t>(experts_.size());
   // Pre-LN residual blocks, as in Mamba: the residual stream itself is never normalised,
@@ -238,40 +332,11 @@ Tensor SheafBlock::forward(const Tensor& h_in, SheafStats& stats) const {
   // Route each patch by its glued section (never by its own tokens): top-1 expert e_p,
   // whose probability scales the expert's output so that the router learns.
   const Tensor probs = ops::softmax(router_.forward(report.sections), 2);  // (B, patches, K)
-  const std::vector<float> host = probs.detach().to(Device::cpu()).to(DType::F32).to_vector<float>();
-  std::vector<std::int32_t> expert(static_cast<std::size_t>(B * patches));
-  std::vector<std::int32_t> chosen;  // rows of probs viewed as (B·patches·K, 1)
-  std::vector<double> count(static_cast<std::size_t>(K), 0.0);
-  for (std::int64_t i = 0; i < B * patches; ++i) {
-    const float* row = host.data() + i * K;
-    const std::int64_t e = std::max_element(row, row + K) - row;
-    expert[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(e);
-    chosen.push_back(static_cast<std::int32_t>(i * K + e));
-    count[static_cast<std::size_t>(e)] += 1.0;
-  }
-  // Tokens grouped by expert (stable: in order of position within each group).
-  std::vector<std::vector<std::int32_t>> rows(static_cast<std::size_t>(K));
-  std::vector<std::int32_t> gate_rows;  // for each token, the row of its patch's gate
+  std::vector<std::int32_t> patch_row;  // for each token, the row of its patch in probs
   for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t t = 0; t < L; ++t) {
-      const std::int64_t patch_row = b * patches + t / patch_;
-      rows[static_cast<std::size_t>(expert[static_cast<std::size_t>(patch_row)])].push_back(static_cast<std::int32_t>(b * L + t));
-      gate_rows.push_back(static_cast<std::int32_t>(patch_row));
-    }
-  std::vector<std::int32_t> order, inverse(static_cast<std::size_t>(B * L));
-  std::vector<Tensor> outputs;
-  for (std::int64_t k = 0; k < K; ++k) {
-    const auto& r = rows[static_cast<std::size_t>(k)];
-    if (r.empty()) continue;
-    outputs.push_back(experts_[static_cast<std::size_t>(k)]->forward(gather_rows(x, d, r)));
-    for (std::int32_t row : r) {
-      inverse[static_cast<std::size_t>(row)] = static_cast<std::int32_t>(order.size());
-      order.push_back(row);
-    }
-  }
-  const Tensor grouped = outputs.size() == 1 ? outputs[0] : ops::cat(outputs, 0);  // (B·L, d) by expert
-  const Tensor gate = gather_rows(gather_rows(probs, 1, chosen), 1, gate_rows);    // (B·L, 1)
-  const Tensor expert_out = ops::reshape(gather_rows(grouped, d, inverse) * gate, {B, L, d});
+    for (std::int64_t t = 0; t < L; ++t) patch_row.push_back(static_cast<std::int32_t>(b * patches + t / patch_));
+  std::vector<double> count(static_cast<std::size_t>(K), 0.0);
+  const Tensor expert_out = ops::reshape(experts(x, probs, patch_row, &count), {B, L, d});
 
   // For the Switch-style balance term (SheafStateLM::balance): P_k, the mean router
   // probability of k, and the counts whose shares f_k weigh it.
@@ -286,6 +351,24 @@ Tensor SheafBlock::forward(const Tensor& h_in, SheafStats& stats) const {
   add(stats.energy_normalised, report.energy_normalised);
   if (report.weights.defined()) stats.weights.push_back(report.weights);
   ++stats.layers;
+  return h + expert_dropout_.forward(expert_out);
+}
+
+Tensor SheafBlock::forward_stream(const Tensor& h_in, std::int64_t position, SheafLayerStream& stream) const {
+  const std::int64_t B = h_in.size(0), n = h_in.size(1), d = h_in.size(2);
+  std::vector<StreamSegment> segments;
+  const Tensor h = h_in + mixer_dropout_.forward(mixer_.forward_stream(norm1_.forward(h_in), position, stream, segments));
+  // Each piece of the chunk goes to the expert of its patch's section, as in forward().
+  std::vector<Tensor> sections;
+  for (const StreamSegment& s : segments) sections.push_back(s.section);
+  const auto S = static_cast<std::int64_t>(segments.size());
+  const Tensor probs = ops::softmax(router_.forward(ops::stack(sections, 1)), 2);  // (B, S, K)
+  std::vector<std::int32_t> patch_row;
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t i = 0; i < S; ++i)
+      for (std::int64_t t = 0; t < segments[static_cast<std::size_t>(i)].length; ++t)
+        patch_row.push_back(static_cast<std::int32_t>(b * S + i));
+  const Tensor expert_out = ops::reshape(experts(norm2_.forward(h), probs, patch_row, nullptr), {B, n, d});
   return h + expert_dropout_.forward(expert_out);
 }
 
@@ -304,6 +387,34 @@ Tensor SheafStateLM::run_blocks(const Tensor& h_in) {
   Tensor h = h_in;
   for (SheafBlock* block : blocks_) h = block->forward(h, last_);
   return final_norm_->forward(h);  // R: the final LayerNorm before the tied head
+}
+
+namespace {
+
+struct SheafStreams final : TiedEmbeddingLM::BlocksState {
+  std::vector<SheafLayerStream> layers;
+  std::int64_t bytes() const override {
+    std::int64_t total = 0;
+    for (const SheafLayerStream& l : layers) total += l.bytes();
+    return total;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<TiedEmbeddingLM::BlocksState> SheafStateLM::new_blocks_state(std::int64_t /*batch*/) const {
+  auto state = std::make_unique<SheafStreams>();
+  state->layers.resize(blocks_.size());
+  return state;
+}
+
+// A leaky model's stream is the causal model: a patch's own later tokens have not arrived
+// when it is glued, so the stream differs from the leaky forward (the tests check it does).
+Tensor SheafStateLM::run_blocks_stream(const Tensor& h_in, std::int64_t position, BlocksState& state) {
+  auto& streams = static_cast<SheafStreams&>(state);
+  Tensor h = h_in;
+  for (std::size_t i = 0; i < blocks_.size(); ++i) h = blocks_[i]->forward_stream(h, position, streams.layers[i]);
+  return final_norm_->forward(h);
 }
 
 std::size_t SheafStateLM::batch_counts_size() const {

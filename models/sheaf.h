@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 #include "models/tied_embedding_lm.h"
@@ -56,14 +57,46 @@ struct GluingReport {
   Tensor weights;           // eval mode only: a_pq, (B, patches, D), slot j for q = p - 2^j (0: no such q)
 };
 
+// What one layer keeps of a stream's past: the scan state after the latest token, the
+// current patch's glued section, and the restricted summaries of the latest 2^(D-1)
+// completed patches (as far as the cover reaches) — constant in the position.
+struct SheafLayerStream {
+  Tensor state;    // (B, 1, E, N)
+  Tensor section;  // c_p of the current patch, (B, d_s)
+  Tensor summary;  // s of the latest completed patch, (B, d_s): the next patch's anchor
+  std::deque<std::vector<Tensor>> restricted;  // R(π_q, δ_j) s_q for j < D, oldest first
+  std::int64_t bytes() const;
+};
+
+// The new positions [begin, begin + length) of a stream's chunk that lie in one patch,
+// and that patch's glued section (which routes them to an expert).
+struct StreamSegment {
+  std::int64_t begin = 0, length = 0;
+  Tensor section;
+};
+
 class SheafMixer : public Module {
  public:
   SheafMixer(const LMConfig& config, Generator& init);
   // h (B, L, d) -> (B, L, d), and the gluing report.
   Tensor forward(const Tensor& h, GluingReport& report) const;
+  // The mixer for the positions [position, position + n) of a stream, h (B, n, d): each
+  // patch's section is glued when its first token arrives, the scan continues from the
+  // kept state, and a patch's summary is formed when its last token has passed. Appends
+  // the chunk's pieces by patch to `segments`.
+  Tensor forward_stream(const Tensor& h, std::int64_t position, SheafLayerStream& stream,
+                        std::vector<StreamSegment>& segments) const;
 
  private:
   Tensor summarise(const Tensor& y_last) const;  // s_p = LN(W_s y_{τ_p} + b_s)
+  // s (B, d_s) -> D tensors (B, d_s): R(π, δ_j) s = Σ_k π_k R[j, k] s for each j < D.
+  std::vector<Tensor> restrict_all(const Tensor& s) const;
+  // The gluing of one patch over its cover r_pq (B, d_s each, at least one), with the
+  // anchor s_{p-1} the query reads.
+  struct Glued {
+    Tensor section, weights, energy, energy_normalised;  // (B, d_s), (B, m), (B), (B)
+  };
+  Glued glue(const std::vector<Tensor>& cover, const Tensor& anchor) const;
   std::int64_t d_model_, inner_, state_, patch_, depth_, types_, section_;
   bool leaky_;
   nn::Linear& in_;        // W_in (2E, d), no bias
@@ -89,8 +122,15 @@ class SheafBlock : public Module {
   // h (B, L, d) -> (B, L, d), pre-LN. Adds this layer's energies, router probabilities and
   // expert counts to `stats`.
   Tensor forward(const Tensor& h, struct SheafStats& stats) const;
+  // The block for the positions [position, position + n) of a stream (SheafMixer).
+  Tensor forward_stream(const Tensor& h, std::int64_t position, SheafLayerStream& stream) const;
 
  private:
+  // The experts' output for every token of x (B, L, d), scaled by its patch's router
+  // probability: probs (rows, K), one row per patch, patch_row[b·L + t] the row of token
+  // (b, t)'s patch. Adds the patches each expert received to `count` (K) when given.
+  Tensor experts(const Tensor& x, const Tensor& probs, const std::vector<std::int32_t>& patch_row,
+                 std::vector<double>* count) const;
   std::int64_t patch_;
   SheafMixer& mixer_;
   nn::Dropout& mixer_dropout_;
@@ -130,6 +170,9 @@ class SheafStateLM : public TiedEmbeddingLM {
 
  protected:
   Tensor run_blocks(const Tensor& h) override;
+  // Each layer's SheafLayerStream: constant in the position.
+  std::unique_ptr<BlocksState> new_blocks_state(std::int64_t batch) const override;
+  Tensor run_blocks_stream(const Tensor& h, std::int64_t position, BlocksState& state) override;
 
  private:
   std::vector<SheafBlock*> blocks_;

@@ -64,6 +64,58 @@ Tensor TiedEmbeddingLM::forward_embedded(const Tensor& h0) {
 
 Tensor TiedEmbeddingLM::forward(const Tensor& ids) { return forward_embedded(embed_tokens(ids)); }
 
+// ---- streams -------------------------------------------------------------------------------
+
+class TiedStream final : public Stream {
+ public:
+  TiedStream(TiedEmbeddingLM& model, std::int64_t batch)
+      : model_(model), batch_(batch), state_(model.new_blocks_state(batch)) {}
+
+  Tensor feed(const Tensor& ids_in, bool last_only) override {
+    const LMConfig& c = model_.config_;
+    const std::string op = fmt::format("{} stream", c.model);
+    if (model_.is_training()) fail(op, "a stream runs the model in eval mode; call eval() first");
+    if (ids_in.dim() != 2 || ids_in.size(0) != batch_ || ids_in.size(1) < 1)
+      fail(op, fmt::format("ids must be (batch {}, n >= 1), got {}", batch_, shape_str(ids_in.shape())));
+    const std::int64_t n = ids_in.size(1);
+    if (position_ + n > c.block)
+      fail(op, fmt::format("{} more tokens at position {} pass the model's context (--block {}); the "
+                           "learned position table has no row beyond it",
+                           n, position_, c.block));
+    NoGradGuard no_grad;
+    const Tensor& table = model_.token_embedding_.weight;
+    const Tensor ids = ids_in.to(table.device());
+    // h_t = E[x_t] + P[t] for the new positions only (embedding dropout is off in eval).
+    Tensor h = model_.embed_tokens(ids) + ops::narrow(model_.position_embedding_.weight, 0, position_, n);
+    h = model_.run_blocks_stream(h, position_, *state_);
+    position_ += n;
+    if (last_only && n > 1) h = ops::narrow(h, 1, n - 1, 1);
+    return ops::linear(h, table);  // the tied head, for the rows asked for only
+  }
+  std::int64_t batch() const override { return batch_; }
+  std::int64_t position() const override { return position_; }
+  std::int64_t capacity() const override { return model_.config_.block; }
+  std::int64_t state_bytes() const override { return state_->bytes(); }
+
+ private:
+  TiedEmbeddingLM& model_;
+  std::int64_t batch_;
+  std::unique_ptr<TiedEmbeddingLM::BlocksState> state_;
+  std::int64_t position_ = 0;
+};
+
+std::int64_t TiedEmbeddingLM::BlocksState::bytes_of(const std::vector<Tensor>& tensors) {
+  std::int64_t total = 0;
+  for (const Tensor& t : tensors)
+    if (t.defined()) total += t.numel() * static_cast<std::int64_t>(dtype_size(t.dtype()));
+  return total;
+}
+
+std::unique_ptr<Stream> TiedEmbeddingLM::open_stream(std::int64_t batch) {
+  if (batch < 1) fail(fmt::format("{} stream", config_.model), fmt::format("batch {} must be at least 1", batch));
+  return std::make_unique<TiedStream>(*this, batch);
+}
+
 // "blocks.3.attention.qkv.weight" -> "attention.qkv"; "token_embedding.weight" ->
 // "token_embedding": the layer index and the tensor's role inside its module are dropped,
 // so every layer's copy of a part lands in one row.

@@ -58,12 +58,31 @@ class TiedEmbeddingLM : public LanguageModel {
 
   const Tensor& token_table() const { return token_embedding_.weight; }
 
+  // A stream over this model (LanguageModel::open_stream): the embedding and the head are
+  // here; each model keeps its blocks' state (BlocksState) and runs its blocks over the
+  // new positions only (run_blocks_stream).
+  std::unique_ptr<Stream> open_stream(std::int64_t batch) final;
+
+  // What a model's blocks keep of one stream's past between calls.
+  struct BlocksState {
+    virtual ~BlocksState() = default;
+    virtual std::int64_t bytes() const = 0;
+    // The memory of `tensors` (undefined ones count 0), for bytes().
+    static std::int64_t bytes_of(const std::vector<Tensor>& tensors);
+  };
+
  protected:
   // Validates `config`, seeds the generators and builds the embeddings; derived classes
   // then build their blocks with init_gen_ (so the same seed gives the same model).
   explicit TiedEmbeddingLM(const LMConfig& config);
   // The model-specific stack of blocks: (B, L, d) -> (B, L, d).
   virtual Tensor run_blocks(const Tensor& h) = 0;
+  // The empty state of a stream of `batch` sequences (at position 0).
+  virtual std::unique_ptr<BlocksState> new_blocks_state(std::int64_t batch) const = 0;
+  // run_blocks for the positions [position, position + n) of a stream, h (B, n, d), given
+  // what `state` keeps of the positions before; advances `state` past them. Equals rows
+  // [position, position + n) of run_blocks over the whole sequence.
+  virtual Tensor run_blocks_stream(const Tensor& h, std::int64_t position, BlocksState& state) = 0;
 
   LMConfig config_;
   Generator init_gen_;     // weight initialisation (used while constructing)
@@ -73,6 +92,8 @@ class TiedEmbeddingLM : public LanguageModel {
   nn::Embedding& token_embedding_;     // E (V, d), also the output head
   nn::Embedding& position_embedding_;  // P (block, d)
   nn::Dropout& embedding_dropout_;
+
+  friend class TiedStream;
 };
 
 }  // namespace wedge::models

@@ -43,6 +43,25 @@ Tensor SelfAttention::forward(const Tensor& h, const Tensor& key_bias) const {
   return merge_heads(ops::matmul(ops::softmax(scores, 3), qkv[2]));
 }
 
+Tensor SelfAttention::forward_stream(const Tensor& h, std::int64_t position, Tensor& k_cache,
+                                     Tensor& v_cache) const {
+  const std::int64_t n = h.size(1);
+  const std::vector<Tensor> qkv = split_heads(h);
+  ops::narrow(k_cache, 2, position, n).copy_(qkv[1]);
+  ops::narrow(v_cache, 2, position, n).copy_(qkv[2]);
+  // Query i of the chunk sits at position + i and sees the cached rows 0 .. position + i.
+  const Tensor keys = ops::narrow(k_cache, 2, 0, position + n);
+  const Tensor values = ops::narrow(v_cache, 2, 0, position + n);
+  // TEMPORARY composed form until the decode kernel lands.
+  const std::int64_t T = position + n;
+  std::vector<float> bias(static_cast<std::size_t>(n * T), 0.f);
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t j = position + i + 1; j < T; ++j) bias[static_cast<std::size_t>(i * T + j)] = -1e30f;
+  const Tensor scores = ops::matmul(qkv[0], ops::transpose(keys, 2, 3)) * (1.0 / std::sqrt(double(qkv[0].size(3)))) +
+                        Tensor::from_vector(bias, {n, T}).to(h.device());
+  return merge_heads(ops::matmul(ops::softmax(scores, 3), values));
+}
+
 TransformerBlock::TransformerBlock(const LMConfig& c, Generator& init, Generator& dropout)
     : attention_(register_module("attention",
                                  std::make_shared<SelfAttention>(c.d_model, c.heads, init))),
@@ -66,6 +85,12 @@ Tensor TransformerBlock::forward(const Tensor& h_in, const Tensor& key_bias) con
   return feed_forward(norm1_.forward(h_in + attention_dropout_.forward(attention_.forward(h_in, key_bias))));
 }
 
+Tensor TransformerBlock::forward_stream(const Tensor& h_in, std::int64_t position, Tensor& k_cache,
+                                        Tensor& v_cache) const {
+  return feed_forward(norm1_.forward(h_in + attention_dropout_.forward(
+                                                attention_.forward_stream(h_in, position, k_cache, v_cache))));
+}
+
 TransformerLM::TransformerLM(const LMConfig& config) : TiedEmbeddingLM(config) {
   for (std::int64_t i = 0; i < config_.layers; ++i)
     blocks_.push_back(&register_module(
@@ -76,6 +101,37 @@ TransformerLM::TransformerLM(const LMConfig& config) : TiedEmbeddingLM(config) {
 Tensor TransformerLM::run_blocks(const Tensor& h_in) {
   Tensor h = h_in;
   for (TransformerBlock* block : blocks_) h = block->forward(h);
+  return h;
+}
+
+}  // namespace wedge::models
+
+namespace wedge::models {
+
+namespace {
+
+struct KeyValueCache final : TiedEmbeddingLM::BlocksState {
+  std::vector<Tensor> keys, values;  // per layer, (B, H, block, dh)
+  std::int64_t bytes() const override { return bytes_of(keys) + bytes_of(values); }
+};
+
+}  // namespace
+
+std::unique_ptr<TiedEmbeddingLM::BlocksState> TransformerLM::new_blocks_state(std::int64_t batch) const {
+  auto cache = std::make_unique<KeyValueCache>();
+  const Tensor& table = token_table();
+  const std::int64_t H = config_.heads, dh = config_.d_model / config_.heads;
+  for (std::size_t i = 0; i < blocks_.size(); ++i) {
+    cache->keys.push_back(Tensor::zeros({batch, H, config_.block, dh}, table.dtype(), table.device()));
+    cache->values.push_back(Tensor::zeros({batch, H, config_.block, dh}, table.dtype(), table.device()));
+  }
+  return cache;
+}
+
+Tensor TransformerLM::run_blocks_stream(const Tensor& h_in, std::int64_t position, BlocksState& state) {
+  auto& cache = static_cast<KeyValueCache&>(state);
+  Tensor h = h_in;
+  for (std::size_t i = 0; i < blocks_.size(); ++i) h = blocks_[i]->forward_stream(h, position, cache.keys[i], cache.values[i]);
   return h;
 }
 

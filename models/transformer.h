@@ -27,6 +27,11 @@ class SelfAttention : public Module {
   // key_bias (B, 1, 1, L) is added to every score, 0 at a real key and -1e9 at padding,
   // so no query sees a padded position.
   Tensor forward(const Tensor& h, const Tensor& key_bias) const;
+  // The causal forward for the positions [position, position + n) of a stream, h (B, n, d):
+  // their keys and values are written into the caches (B, H, capacity, dh) at those rows,
+  // and each query attends to every cached row up to its own position.
+  Tensor forward_stream(const Tensor& h, std::int64_t position, Tensor& k_cache, Tensor& v_cache) const;
+  std::int64_t heads() const { return heads_; }
 
  private:
   // (B, L, d) -> q, k, v as (B, H, L, dh) slices of one packed tensor.
@@ -45,6 +50,9 @@ class TransformerBlock : public Module {
   Tensor forward(const Tensor& h) const;
   // The same block, attention bidirectional over the real tokens (SelfAttention above).
   Tensor forward(const Tensor& h, const Tensor& key_bias) const;
+  // The causal forward over positions [position, position + n) of a stream (SelfAttention).
+  Tensor forward_stream(const Tensor& h, std::int64_t position, Tensor& k_cache, Tensor& v_cache) const;
+  const SelfAttention& attention() const { return attention_; }
 
  private:
   Tensor feed_forward(const Tensor& h) const;
@@ -63,6 +71,9 @@ class TransformerLM : public TiedEmbeddingLM {
 
  protected:
   Tensor run_blocks(const Tensor& h) override;
+  // Each layer's key and value cache, (B, H, block, dh), filled up to the stream's position.
+  std::unique_ptr<BlocksState> new_blocks_state(std::int64_t batch) const override;
+  Tensor run_blocks_stream(const Tensor& h, std::int64_t position, BlocksState& state) override;
 
  private:
   std::vector<TransformerBlock*> blocks_;  // owned through register_module

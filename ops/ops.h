@@ -110,10 +110,11 @@ Tensor plucker_mean(const Tensor& z, const std::vector<std::int32_t>& offsets, d
 // segment starts from, or undefined for zero states; z (batch, L, D), Mamba's output gate,
 // or undefined: y = (C . h + Dskip u) silu(z), the ungated output never written. Returns y
 // (batch, L, D). Differentiable in every input, h0 and z included; backward recomputes
-// states per segment.
+// states per segment. With h_last, also the state after each segment's last token,
+// (batch, segments, D, N) — for a stream to continue from; no gradient flows through it.
 Tensor selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A_log, const Tensor& B, const Tensor& C,
                       const Tensor& Dskip, const Tensor& delta_bias, const Tensor& h0, std::int64_t segment,
-                      const Tensor& z = Tensor());
+                      const Tensor& z = Tensor(), Tensor* h_last = nullptr);
 
 // ---- the registry --------------------------------------------------------------------
 struct OpInfo {

@@ -50,7 +50,7 @@ kernels::ScanArgs<T> scan_args(const std::vector<Tensor>& keep, std::int64_t seg
 
 Tensor selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A_log, const Tensor& B, const Tensor& C,
                       const Tensor& Dskip, const Tensor& delta_bias, const Tensor& h0, std::int64_t segment,
-                      const Tensor& z) {
+                      const Tensor& z, Tensor* h_last) {
   check_floating(kOp, u, "u");
   if (u.dim() != 3) fail(kOp, "u must be (batch, L, D), got " + shape_str(u.shape()));
   if (A_log.dim() != 2) fail(kOp, "A_log must be (D, N), got " + shape_str(A_log.shape()));
@@ -71,10 +71,12 @@ Tensor selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A_log,
   for (const Tensor& t : inputs) keep.push_back(t.defined() ? t.contiguous() : Tensor());
 
   Tensor y = Tensor::empty(u.shape(), u.dtype(), u.device());
+  if (h_last != nullptr) *h_last = Tensor::zeros({batch, segments, D, N}, u.dtype(), u.device());
   dispatch_float(kOp, u, [&](auto tag) {
     using T = decltype(tag);
     if (y.numel() > 0)
-      need(kOp, table<T>(kOp, u).selective_scan_forward, u)(scan_args<T>(keep, segment), y.data<T>(), nullptr);
+      need(kOp, table<T>(kOp, u).selective_scan_forward, u)(scan_args<T>(keep, segment), y.data<T>(),
+                                                          h_last != nullptr ? h_last->data<T>() : nullptr);
   });
   std::vector<Tensor> saved_inputs;
   for (const Tensor& t : keep) saved_inputs.push_back(saved(t));

@@ -1,4 +1,4 @@
-// `wedge train | eval | generate | plot | bench-step`: training a language model and using
+// `wedge train | eval | classify | plot | bench-step`: training a language model and using
 // it. The work happens in tools/trainer.cpp; this file binds flags and prints.
 #include <sys/resource.h>
 
@@ -23,6 +23,7 @@
 #include "models/memory_check.h"
 #include "ops/ops.h"
 #include "tools/commands.h"
+#include "tools/generation.h"
 #include "tools/model_flags.h"
 #include "tools/nli_task.h"
 #include "tools/plot.h"
@@ -316,36 +317,6 @@ void register_eval(CLI::App& app) {
   });
 }
 
-void register_generate(CLI::App& app) {
-  auto* cmd = app.add_subcommand("generate", "Sample text from a trained run");
-  auto run_dir = std::make_shared<std::string>();
-  auto prompt = std::make_shared<std::string>();
-  auto max_new = std::make_shared<std::int64_t>(50);
-  auto temperature = std::make_shared<double>(1.0);
-  auto top_k = std::make_shared<std::int64_t>(40);
-  auto seed = std::make_shared<std::uint64_t>(0);
-  auto device = std::make_shared<std::string>("cpu");
-  cmd->add_option("--device", *device, "cpu or cuda[:N]")->capture_default_str();
-  cmd->add_option("--run", *run_dir, "Run directory written by `wedge train`")->required();
-  cmd->add_option("--prompt", *prompt, "Text to continue")->required();
-  cmd->add_option("--max-new-tokens", *max_new, "Tokens to sample")->check(CLI::Range(0, 1 << 24))->capture_default_str();
-  cmd->add_option("--temperature", *temperature, "Softmax temperature (0: greedy)")
-      ->check(finite_range(0.0, 1e6))
-      ->capture_default_str();
-  cmd->add_option("--top-k", *top_k, "Sample among the k most likely tokens (0: all)")->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40))->capture_default_str();
-  cmd->add_option("--seed", *seed, "Sampling seed (same seed, same text)")->check(non_negative_integer())->capture_default_str();
-  cmd->callback([=] {
-    LoadedRun run = load_run(*run_dir, "best", Device::parse(*device));
-    // in the precision the run was trained in
-    const MatmulPrecisionGuard precision_scope(parse_precision(json_field(run.settings, "precision", std::string("fp32"))));
-    CorpusSpec s = corpus_spec_of(run);
-    s.load_train = false;
-    Corpus corpus = load_corpus(s);
-    auto ids = generate_tokens(*run.model, corpus.encode(*prompt), *max_new, *temperature, *top_k, *seed);
-    fmt::print("{}\n", corpus.decode(ids));
-  });
-}
-
 // `wedge classify`: premise / hypothesis pairs (one per line, separated by a tab) from a
 // file or stdin -> the label and the three probabilities.
 void register_classify(CLI::App& app) {
@@ -563,7 +534,6 @@ void register_train_commands(CLI::App& app) {
   register_train(app);
   register_eval(app);
   register_classify(app);
-  register_generate(app);
   register_plot(app);
   register_bench_step(app);
 }

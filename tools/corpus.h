@@ -19,6 +19,10 @@ struct Corpus {
   std::vector<std::int32_t> train, valid, test;
   std::function<std::vector<std::int32_t>(const std::string&)> encode;
   std::function<std::string(const std::vector<std::int32_t>&)> decode;
+  // Ids a sampler must never produce: the tokenizer's special tokens ([PAD], [UNK], [CLS],
+  // [SEP], [MASK]) and the vocabulary's placeholders ([unused0], ...). Empty for the
+  // generated corpora, whose every id is a word.
+  std::vector<std::int32_t> never_sampled;
 
   std::vector<std::string> notes;  // how the splits were formed, when the user should know
 

@@ -24,6 +24,16 @@ std::vector<std::int32_t> take_ids(data::TokenStream stream, Corpus& corpus) {
   return std::move(stream.ids);
 }
 
+// Text in and out through the WordPiece tokenizer; its special tokens and the vocabulary's
+// [unused*] placeholders are never sampled.
+void use_tokenizer(Corpus& c, const std::shared_ptr<data::Tokenizer>& tok) {
+  c.encode = [tok](const std::string& text) { return tok->encode(text); };
+  c.decode = [tok](const std::vector<std::int32_t>& ids) { return tok->decode(ids); };
+  const data::Vocab& vocab = tok->vocab();
+  for (std::int32_t id = 0; id < vocab.size(); ++id)
+    if (tok->is_special(id) || vocab.token(id).rfind("[unused", 0) == 0) c.never_sampled.push_back(id);
+}
+
 }  // namespace
 
 Corpus wikitext2_corpus(const CorpusSpec& spec) {
@@ -37,8 +47,7 @@ Corpus wikitext2_corpus(const CorpusSpec& spec) {
   if (spec.load_train) c.train = take_ids(data::load_wikitext_split(spec.data_dir, data::WikiTextSplit::kTrain, *tok), c);
   c.valid = take_ids(data::load_wikitext_split(spec.data_dir, data::WikiTextSplit::kValid, *tok), c);
   c.test = take_ids(data::load_wikitext_split(spec.data_dir, data::WikiTextSplit::kTest, *tok), c);
-  c.encode = [tok](const std::string& text) { return tok->encode(text); };
-  c.decode = [tok](const std::vector<std::int32_t>& ids) { return tok->decode(ids); };
+  use_tokenizer(c, tok);
   return c;
 }
 
@@ -69,8 +78,7 @@ Corpus text_corpus(const CorpusSpec& spec) {
                                   100 * kCarvedValidFraction, spec.train_file, carved));
   }
   if (!spec.test_file.empty()) c.test = take_ids(data::load_text_file(spec.test_file, *tok), c);
-  c.encode = [tok](const std::string& text) { return tok->encode(text); };
-  c.decode = [tok](const std::vector<std::int32_t>& ids) { return tok->decode(ids); };
+  use_tokenizer(c, tok);
   return c;
 }
 

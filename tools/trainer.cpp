@@ -723,48 +723,4 @@ LoadedRun load_run(const std::string& run_dir, const std::string& which, Device 
   return r;
 }
 
-std::vector<std::int32_t> generate_tokens(models::LanguageModel& model, std::vector<std::int32_t> tokens,
-                                          std::int64_t max_new, double temperature, std::int64_t top_k,
-                                          std::uint64_t seed) {
-  NoGradGuard no_grad;
-  model.eval();
-  if (tokens.empty()) throw std::runtime_error("generate: the prompt encodes to no tokens");
-  Generator gen(seed);
-  const std::int64_t block = model.config().block;
-  const std::int64_t V = model.config().vocab_size;
-  for (std::int64_t i = 0; i < max_new; ++i) {
-    const std::int64_t len = std::min<std::int64_t>(block, static_cast<std::int64_t>(tokens.size()));
-    std::vector<std::int32_t> ctx(tokens.end() - len, tokens.end());
-    Tensor logits = model.forward(Tensor::from_vector(ctx, {1, len}).to(module_device(model)));
-    Tensor last = ops::narrow(ops::reshape(logits, {len, V}), 0, len - 1, 1);
-    std::vector<double> l = last.to(DType::F64).to_vector<double>();
-    std::int32_t next = 0;
-    if (temperature <= 0) {
-      next = static_cast<std::int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
-    } else {
-      std::vector<std::int32_t> idx(V);
-      for (std::int64_t v = 0; v < V; ++v) idx[v] = static_cast<std::int32_t>(v);
-      const std::int64_t k = top_k > 0 ? std::min(top_k, V) : V;
-      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](std::int32_t a, std::int32_t b) {
-        return l[a] > l[b] || (l[a] == l[b] && a < b);
-      });
-      const double mx = l[idx[0]];
-      std::vector<double> p(k);
-      double z = 0;
-      for (std::int64_t j = 0; j < k; ++j) z += p[j] = std::exp((l[idx[j]] - mx) / temperature);
-      double u = gen.uniform() * z;
-      next = idx[k - 1];
-      for (std::int64_t j = 0; j < k; ++j) {
-        if (u < p[j]) {
-          next = idx[j];
-          break;
-        }
-        u -= p[j];
-      }
-    }
-    tokens.push_back(next);
-  }
-  return tokens;
-}
-
 }  // namespace wedge::tools

@@ -132,9 +132,4 @@ struct LoadedRun {
 };
 LoadedRun load_run(const std::string& run_dir, const std::string& which = "best", Device device = Device::cpu());
 
-// Samples `max_new` tokens after `prompt` (temperature, top-k; deterministic for a seed).
-std::vector<std::int32_t> generate_tokens(models::LanguageModel& model, std::vector<std::int32_t> prompt,
-                                          std::int64_t max_new, double temperature, std::int64_t top_k,
-                                          std::uint64_t seed);
-
 }  // namespace wedge::tools

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/cpu/cpu.h"
+#include "tools/generation.h"
 #include "data/dependency_probe.h"
 #include "engine/autograd.h"
 #include "engine/safetensors.h"

@@ -1,0 +1,207 @@
+// `wedge generate`: text from a trained run, printed as it is produced. The prompt is read
+// once (prefill); each new token is one step of the model's stream (tools/generation.h).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/json_field.h"
+#include "engine/precision.h"
+#include "tools/commands.h"
+#include "tools/corpus.h"
+#include "tools/generation.h"
+#include "tools/model_flags.h"
+#include "tools/trainer.h"
+#include "tools/training_support.h"
+
+namespace wedge::tools {
+
+namespace {
+
+struct GenerateArgs {
+  std::string run_dir, checkpoint = "best", prompt, prompt_file, device = "cpu";
+  std::int64_t max_new = 50, top_k = 40, samples = 1;
+  double temperature = 1.0, top_p = 1.0;
+  std::uint64_t seed = 0;
+  bool json = false, check = false;
+};
+
+// The prompt from --prompt, --prompt-file FILE ('-': stdin) or, with neither, stdin.
+std::string read_prompt(const GenerateArgs& a, bool prompt_given) {
+  if (prompt_given) return a.prompt;
+  const bool from_stdin = a.prompt_file.empty() || a.prompt_file == "-";
+  if (from_stdin) {
+    struct stat input {};
+    if (::fstat(STDIN_FILENO, &input) == 0 && S_ISDIR(input.st_mode))
+      throw std::runtime_error("the standard input is a folder; give the prompt on stdin, with --prompt TEXT or --prompt-file FILE");
+    std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+    if (std::cin.bad()) throw std::runtime_error("read error on the standard input");
+    return text;
+  }
+  std::error_code ec;
+  if (std::filesystem::is_directory(a.prompt_file, ec))
+    throw std::runtime_error("--prompt-file " + a.prompt_file + " is a folder, not a text file");
+  std::ifstream in(a.prompt_file, std::ios::binary);
+  if (!in) throw std::runtime_error("--prompt-file " + a.prompt_file + ": cannot open it");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw std::runtime_error("--prompt-file " + a.prompt_file + ": read error");
+  return text.str();
+}
+
+// Prints a sample's text as its tokens arrive: the decoded text grows at its end (a
+// WordPiece continuation glues to the word before), so each token prints what it adds.
+class LivePrinter {
+ public:
+  LivePrinter(const Corpus& corpus, std::vector<std::int32_t> tokens) : corpus_(corpus), tokens_(std::move(tokens)) {
+    printed_ = corpus_.decode(tokens_);
+    std::fputs(printed_.c_str(), stdout);
+    std::fflush(stdout);
+  }
+  void add(std::int32_t id) {
+    tokens_.push_back(id);
+    const std::string text = corpus_.decode(tokens_);
+    if (text.compare(0, printed_.size(), printed_) != 0) return;  // changed within: wait until it grows again
+    std::fputs(text.c_str() + printed_.size(), stdout);
+    std::fflush(stdout);
+    printed_ = text;
+  }
+  void finish() {
+    const std::string text = corpus_.decode(tokens_);
+    if (text != printed_) std::fputs(("\n" + text).c_str(), stdout);
+    std::fputs("\n", stdout);
+  }
+
+ private:
+  const Corpus& corpus_;
+  std::vector<std::int32_t> tokens_;
+  std::string printed_;
+};
+
+std::string human_bytes(std::int64_t bytes) {
+  if (bytes >= (std::int64_t{1} << 20)) return fmt::format("{:.1f} MiB", double(bytes) / double(1 << 20));
+  return fmt::format("{:.1f} KiB", double(bytes) / 1024.0);
+}
+
+void run_generate(const GenerateArgs& a, bool prompt_given) {
+  LoadedRun run = load_run(a.run_dir, a.checkpoint, Device::parse(a.device));
+  const Precision precision = parse_precision(json_field(run.settings, "precision", std::string("fp32")));
+  const MatmulPrecisionGuard precision_scope(precision);  // in the precision the run was trained in
+  CorpusSpec spec = CorpusSpec::read_from(run.settings);
+  spec.load_train = false;
+  const Corpus corpus = load_corpus(spec);
+  const std::vector<std::int32_t> prompt = corpus.encode(read_prompt(a, prompt_given));
+  if (prompt.empty()) throw std::runtime_error("the prompt encodes to no tokens; give some text");
+  const std::int64_t block = run.config.block;
+  if (static_cast<std::int64_t>(prompt.size()) > block && !a.json)
+    fmt::print(stderr, "note: the prompt has {} tokens; the model reads its last {} (--block {})\n", prompt.size(), block, block);
+
+  SamplingOptions o;
+  o.temperature = a.temperature;
+  o.top_k = a.top_k;
+  o.top_p = a.top_p;
+  o.seed = a.seed;
+  o.never = corpus.never_sampled;
+  GenerationStats stats;
+  const bool live = !a.json && a.samples == 1;
+  std::unique_ptr<LivePrinter> printer;
+  if (live) printer = std::make_unique<LivePrinter>(corpus, prompt);
+  const auto samples = generate(*run.model, prompt, a.max_new, a.samples, o,
+                                [&](std::int64_t, std::int32_t id) {
+                                  if (printer) printer->add(id);
+                                },
+                                &stats);
+  if (printer) printer->finish();
+
+  double mismatch = -1;
+  const double limit = precision == Precision::BF16 ? 2e-2 : 1e-5;
+  std::int64_t checked = 0;
+  if (a.check) {
+    // The first sample's latest tokens (at most the block), streamed after a prefill of the
+    // prompt's part, against one full forward over them.
+    const auto& t = samples.front();
+    checked = std::min<std::int64_t>(block, static_cast<std::int64_t>(t.size()));
+    const std::vector<std::int32_t> window(t.end() - checked, t.end());
+    mismatch = stream_mismatch(*run.model, window, std::min(stats.context_tokens, checked));
+  }
+
+  const double prefill_rate = stats.prefill_seconds > 0 ? double(stats.context_tokens * stats.samples) / stats.prefill_seconds : 0;
+  const double ms_per_token = stats.decode_steps > 0 ? 1e3 * stats.decode_seconds / double(stats.decode_steps) : 0;
+  if (a.json) {
+    nlohmann::json j{{"prompt_tokens", stats.prompt_tokens}, {"context_tokens", stats.context_tokens},
+                     {"new_tokens", stats.new_tokens},       {"samples", nlohmann::json::array()},
+                     {"prefill_tokens_per_s", prefill_rate},  {"decode_ms_per_token", ms_per_token},
+                     {"decode_tokens_per_s", ms_per_token > 0 ? 1e3 * double(stats.samples) / ms_per_token : 0},
+                     {"state_bytes", stats.state_bytes},      {"refills", stats.refills},
+                     {"precision", precision_name(precision)}};
+    for (const auto& s : samples) j["samples"].push_back({{"text", corpus.decode(s)}, {"tokens", s}});
+    if (a.check) j["check"] = {{"positions", checked}, {"largest_relative_difference", mismatch}, {"limit", limit}};
+    fmt::print("{}\n", j.dump());
+  } else {
+    if (!live)
+      for (std::size_t i = 0; i < samples.size(); ++i) fmt::print("[{}] {}\n", i, corpus.decode(samples[i]));
+    if (stats.refills > 0)
+      fmt::print(stderr, "note: the context filled {} time(s); each time the latest {} tokens were read again (the "
+                 "learned positions end at --block {})\n", stats.refills, std::max<std::int64_t>(1, block / 2), block);
+    fmt::print(stderr, "prefill {} tokens x {} in {:.0f} ms ({:.0f} tokens/s); decode {:.2f} ms per step of {} token(s); "
+               "state {}\n", stats.context_tokens, stats.samples, 1e3 * stats.prefill_seconds, prefill_rate, ms_per_token,
+               stats.samples, human_bytes(stats.state_bytes));
+    if (a.check)
+      fmt::print(stderr, "check: streamed logits vs the full forward at {} positions: largest difference {:.2g} of the "
+                 "largest logit (limit {:.0e})\n", checked, mismatch, limit);
+  }
+  if (a.check && !(mismatch <= limit))
+    throw std::runtime_error(fmt::format("--check: the stream's logits differ from the full forward's by {:.3g} (limit {:.0e})",
+                                         mismatch, limit));
+}
+
+}  // namespace
+
+void register_generate_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("generate", "Sample text from a trained run, printed as it is produced");
+  cmd->footer(
+      "\nThe prompt is read once; every new token is one step of the model's stream (TransformerLM: a key/value "
+      "cache; GrassmannLM and SheafStateLM: a state of constant size). A prompt longer than the run's --block is cut "
+      "to its last block tokens; when the context is full, its latest half is read again (the learned position table "
+      "ends at the block). Special tokens and [unused*] are never sampled.");
+  auto a = std::make_shared<GenerateArgs>();
+  cmd->add_option("--run", a->run_dir, "Run directory written by `wedge train`")->required();
+  cmd->add_option("--checkpoint", a->checkpoint, "Which checkpoint: best (lowest validation perplexity) or last")
+      ->check(CLI::IsMember({"best", "last"}))
+      ->capture_default_str();
+  auto* prompt = cmd->add_option("--prompt", a->prompt, "Text to continue (default: read from stdin)");
+  cmd->add_option("--prompt-file", a->prompt_file, "Read the prompt from FILE ('-': stdin)")->excludes(prompt);
+  cmd->add_option("--max-new-tokens", a->max_new, "Tokens to sample")->check(CLI::Range(0, 1 << 24))->capture_default_str();
+  cmd->add_option("--temperature", a->temperature, "Softmax temperature (0: greedy)")
+      ->check(finite_range(0.0, 1e6))
+      ->capture_default_str();
+  cmd->add_option("--top-k", a->top_k, "Sample among the k most likely tokens (0: all)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40))
+      ->capture_default_str();
+  cmd->add_option("--top-p", a->top_p, "Sample among the fewest most likely tokens whose probability reaches p (1: all)")
+      ->check(finite_range(1e-9, 1.0))
+      ->capture_default_str();
+  cmd->add_option("--num-samples", a->samples, "Samples to draw, decoded together as one batch (sample i uses seed + i)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{4096}))
+      ->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Sampling seed (same seed, same text)")->check(non_negative_integer())->capture_default_str();
+  cmd->add_option("--device", a->device, "cpu or cuda[:N]")->capture_default_str();
+  cmd->add_flag("--json", a->json, "One JSON object: the samples, prefill tokens/s, decode ms per token, state bytes");
+  cmd->add_flag("--check", a->check,
+                "Also compare the stream's logits with one full forward over the first sample's latest tokens (at most "
+                "the block); exit status 1 when they differ by more than float rounding");
+  cmd->callback([a, prompt] { run_generate(*a, prompt->count() > 0); });
+}
+
+}  // namespace wedge::tools
