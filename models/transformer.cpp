@@ -52,14 +52,7 @@ Tensor SelfAttention::forward_stream(const Tensor& h, std::int64_t position, Ten
   // Query i of the chunk sits at position + i and sees the cached rows 0 .. position + i.
   const Tensor keys = ops::narrow(k_cache, 2, 0, position + n);
   const Tensor values = ops::narrow(v_cache, 2, 0, position + n);
-  // TEMPORARY composed form until the decode kernel lands.
-  const std::int64_t T = position + n;
-  std::vector<float> bias(static_cast<std::size_t>(n * T), 0.f);
-  for (std::int64_t i = 0; i < n; ++i)
-    for (std::int64_t j = position + i + 1; j < T; ++j) bias[static_cast<std::size_t>(i * T + j)] = -1e30f;
-  const Tensor scores = ops::matmul(qkv[0], ops::transpose(keys, 2, 3)) * (1.0 / std::sqrt(double(qkv[0].size(3)))) +
-                        Tensor::from_vector(bias, {n, T}).to(h.device());
-  return merge_heads(ops::matmul(ops::softmax(scores, 3), values));
+  return merge_heads(ops::attention_decode(qkv[0], keys, values));
 }
 
 TransformerBlock::TransformerBlock(const LMConfig& c, Generator& init, Generator& dropout)

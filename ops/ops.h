@@ -95,6 +95,13 @@ Tensor dropout(const Tensor& x, double p, bool training, std::uint64_t seed, std
 Tensor gate_mix(const Tensor& a, const Tensor& x, const Tensor& y);
 // q, k, v (B, H, L, dh) -> (B, H, L, dh). softmax(q k^T / sqrt(dh) [+ causal mask]) v.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = true);
+// Incremental decoding with a key/value cache: the n newest of a stream's L positions
+// against all its keys so far. q (B, H, n, dh); k, v (B, H, L, dh), 1 <= n <= L ->
+// (B, H, n, dh). Query i sits at position L - n + i and sees keys 0 .. L - n + i, so the
+// result is the last n rows of attention(q_all, k, v, true). k and v may be views of a
+// larger cache (narrowed along L) and are read in place. Forward only: throws when autograd
+// would record it (grad mode on and an input requiring grad).
+Tensor attention_decode(const Tensor& q, const Tensor& k, const Tensor& v);
 // z (B, L, r) -> (B, L, m, r(r-1)/2): normalised Plücker coordinates of (z_t, z_{t-Δ_j}),
 // zero where t - Δ_j < 0 (PAPERS.md §2, causal pairing with the PAST token).
 Tensor plucker_pairs(const Tensor& z, const std::vector<std::int32_t>& offsets, double eps = 1e-8);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks in one go, for a machine with an NVIDIA GPU (e.g. an H200): builds with
 # CUDA, runs the whole test suite (the CUDA parity and training tests run when a device is
-# present, the bf16 GEMM among them), the CUDA teaching ladders (GEMM against cuBLAS;
+# present, the bf16 GEMM and the streams' exactness among them), the CUDA teaching ladders (GEMM against cuBLAS;
 # softmax cross-entropy, layer norm and causal attention against float64), the causality
 # audit on the GPU, the GPU ranks' sums through NCCL, the paper models' steps in fp32 and
 # bf16, and the training-step comparison with PyTorch on the same GPU. Logs go to $OUT
@@ -42,6 +42,9 @@ for m in transformer grassmann sheaf; do
       > "$OUT/bench_${m}_${p}_cuda.log" 2>&1
   done
 done
+# Streaming generation on the GPU: prefill and decode of the paper models, batch 1 and 8.
+build-gpu/wedge bench-generate --device cuda > "$OUT/bench_generate_cuda.log" 2>&1
+build-gpu/wedge bench-generate --device cuda --batch 8 --prompts 128 >> "$OUT/bench_generate_cuda.log" 2>&1
 build-gpu/bench/bench_backends > "$OUT/bench_backends.log" 2>&1
 python3 bench/compare_pytorch.py --wedge build-gpu/wedge --device cuda --paper --steps 20 > "$OUT/compare_pytorch_cuda.log" 2>&1
 tail -3 "$OUT/ctest.log"

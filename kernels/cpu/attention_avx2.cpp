@@ -13,6 +13,12 @@
 // The score tile is rows x L: 256 KB per thread at L = 1024, 2 MB at L = 8192. Threads split
 // (head, block) pairs forward and heads backward (gk and gv rows collect every block of
 // their head), so every output has one writer and the bits do not depend on the thread count.
+//
+// Decoding over a cache (attention_decode_forward) is the forward of the n newest query rows,
+// at positions L - n .. L - 1. A decoded token is a single row, for which the GEMM would
+// spend more packing the keys than multiplying: blocks of fewer than kGemmRows rows form
+// S = scale q K^T 8 keys at a time (`row_scores`) and out = P V a key at a time
+// (`weighted_rows`) in their own loops.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -26,7 +32,8 @@
 namespace wedge::kernels::cpu::avx2 {
 namespace {
 
-constexpr i64 kRows = 64;  // query rows per block
+constexpr i64 kRows = 64;     // query rows per block
+constexpr i64 kGemmRows = 4;  // from this many query rows on, the products are GEMMs
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 thread_local ScratchBuffer t_scores;    // S, then P
@@ -88,23 +95,99 @@ float dot(const float* x, const float* y, i64 n) {
   return s;
 }
 
-// Forward of rows [i0, i0 + rows) of one head (q, k, v, out, lse point at the head).
-void forward_block(const float* q, const float* k, const float* v, i64 L, i64 dh, float scale, bool causal, i64 i0,
-                   i64 rows, float* out, float* lse) {
-  const i64 keys = causal ? i0 + rows : L;
+// Lane j of the result = the sum of the 8 lanes of a[j] (horizontal adds, then the halves).
+__m256 sum8(const __m256 a[8]) {
+  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+  // u0, per 128-bit half h: the sums of half h of a[0], ..., a[3]; u1 those of a[4], ..., a[7]
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// s[j] = scale q . k_j for the `keys` key rows at k (row stride dh), 8 keys at a time: one
+// accumulator per key over dh, then sum8.
+void row_scores(const float* q, const float* k, i64 keys, i64 dh, float scale, float* s) {
+  const __m256 vscale = _mm256_set1_ps(scale);
+  const i64 body = dh / 8 * 8;
+  for (i64 j0 = 0; j0 < keys; j0 += 8) {
+    const i64 count = std::min<i64>(8, keys - j0);
+    const float* kb = k + j0 * dh;
+    __m256 acc[8];
+    for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+    if (count == 8) {
+      for (i64 d = 0; d < body; d += 8) {
+        const __m256 x = _mm256_loadu_ps(q + d);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(x, _mm256_loadu_ps(kb + j * dh + d), acc[j]);
+      }
+      if (body < dh) {
+        const __m256 x = load_first(q + body, dh - body);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(x, load_first(kb + j * dh + body, dh - body), acc[j]);
+      }
+    } else {
+      for (i64 d = 0; d < dh; d += 8) {
+        const __m256 x = load_first(q + d, dh - d);
+        for (i64 j = 0; j < count; ++j) acc[j] = _mm256_fmadd_ps(x, load_first(kb + j * dh + d, dh - d), acc[j]);
+      }
+    }
+    store_first(s + j0, count, _mm256_mul_ps(sum8(acc), vscale));
+  }
+}
+
+// out (dh) = sum over j < keys of p[j] v_j (v's rows dh apart), 32 columns at a time.
+void weighted_rows(const float* p, i64 keys, const float* v, i64 dh, float* out) {
+  for (i64 d0 = 0; d0 < dh; d0 += 32) {
+    const i64 left = dh - d0;
+    __m256 acc[4];
+    for (int c = 0; c < 4; ++c) acc[c] = _mm256_setzero_ps();
+    if (left >= 32) {
+      for (i64 j = 0; j < keys; ++j) {
+        const __m256 w = _mm256_set1_ps(p[j]);
+        const float* row = v + j * dh + d0;
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) acc[c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(row + 8 * c), acc[c]);
+      }
+    } else {
+      for (i64 j = 0; j < keys; ++j) {
+        const __m256 w = _mm256_set1_ps(p[j]);
+        const float* row = v + j * dh + d0;
+        for (int c = 0; c < 4; ++c) acc[c] = _mm256_fmadd_ps(w, load_first(row + 8 * c, left - 8 * c), acc[c]);
+      }
+    }
+    for (int c = 0; c < 4; ++c)
+      if (left > 8 * c) store_first(out + d0 + 8 * c, left - 8 * c, acc[c]);
+  }
+}
+
+// Forward of `rows` query rows of one head, the first at position `first` (q, out and lse
+// point at its row; lse may be null), over the keys each may see: all L, or with a causal
+// mask those at or before its position. The products are GEMMs when `use_gemm`, else the
+// row loops above.
+void forward_block(const float* q, const float* k, const float* v, i64 L, i64 dh, float scale, bool causal,
+                   i64 first, i64 rows, bool use_gemm, float* out, float* lse) {
+  const i64 keys = causal ? first + rows : L;
   const i64 ld = padded(keys);
   float* s = t_scores.get(static_cast<std::size_t>(rows * ld));
-  gemm(Trans::N, Trans::T, rows, keys, dh, scale, q + i0 * dh, dh, k, dh, 0.0f, s, ld);
+  if (use_gemm) {
+    gemm(Trans::N, Trans::T, rows, keys, dh, scale, q, dh, k, dh, 0.0f, s, ld);
+  } else {
+    for (i64 r = 0; r < rows; ++r) row_scores(q + r * dh, k, keys, dh, scale, s + r * ld);
+  }
   for (i64 r = 0; r < rows; ++r) {
     float* row = s + r * ld;
-    mask_row(row, visible_keys(causal, i0 + r, L), ld);
+    mask_row(row, visible_keys(causal, first + r, L), ld);
     const float max = row_max(row, ld);
     const float sum = exp_shifted(row, ld, max);
-    lse[i0 + r] = max + std::log(sum);
+    if (lse != nullptr) lse[r] = max + std::log(sum);
     const __m256 inv = _mm256_set1_ps(1.0f / sum);
     for (i64 j = 0; j < ld; j += 8) _mm256_storeu_ps(row + j, _mm256_mul_ps(_mm256_loadu_ps(row + j), inv));
   }
-  gemm(Trans::N, Trans::N, rows, dh, keys, 1.0f, s, ld, v, dh, 0.0f, out + i0 * dh, dh);
+  if (use_gemm) {
+    gemm(Trans::N, Trans::N, rows, dh, keys, 1.0f, s, ld, v, dh, 0.0f, out, dh);
+  } else {
+    for (i64 r = 0; r < rows; ++r) weighted_rows(s + r * ld, keys, v, dh, out + r * dh);
+  }
 }
 
 // Backward of one head: gq written, gk and gv accumulated over its blocks (zeroed first).
@@ -153,8 +236,21 @@ void attention_forward(const float* q, const float* k, const float* v, i64 BH, i
     for (i64 unit = first; unit < last; ++unit) {
       const i64 h = unit / blocks, i0 = unit % blocks * kRows;
       const i64 base = h * L * dh;
-      forward_block(q + base, k + base, v + base, L, dh, scale, causal, i0, std::min(kRows, L - i0), out + base,
-                    lse + h * L);
+      forward_block(q + base + i0 * dh, k + base, v + base, L, dh, scale, causal, i0, std::min(kRows, L - i0), true,
+                    out + base + i0 * dh, lse + h * L + i0);
+    }
+  });
+}
+
+void attention_decode_forward(const float* q, const float* k, const float* v, i64 BH, i64 n, i64 L, i64 kv_stride,
+                              i64 dh, float scale, float* out) {
+  const i64 blocks = (n + kRows - 1) / kRows;
+  parallel_for(0, BH * blocks, 1, [&](i64 first, i64 last) {
+    for (i64 unit = first; unit < last; ++unit) {
+      const i64 h = unit / blocks, i0 = unit % blocks * kRows;
+      const i64 rows = std::min(kRows, n - i0);
+      forward_block(q + (h * n + i0) * dh, k + h * kv_stride, v + h * kv_stride, L, dh, scale, true, L - n + i0,
+                    rows, rows >= kGemmRows, out + (h * n + i0) * dh, nullptr);
     }
   });
 }

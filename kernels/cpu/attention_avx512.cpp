@@ -15,6 +15,10 @@
 // Every product is one of two small kernels: `tile_scores` (rows x packed columns) and
 // `accumulate_rows` (acc += W X). Scratch tiles live in per-thread buffers reused across
 // calls.
+// Decoding over a cache (attention_decode_forward) runs the same forward on the n newest
+// query rows, placed at positions L - n .. L - 1. One decoded token is one row: packing 64
+// keys transposed costs more than the row's own products with them, so blocks of fewer than
+// kPackRows rows form their scores straight from the key rows (`row_scores`).
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -31,6 +35,7 @@ namespace {
 
 constexpr i64 kBlock = 64;  // query rows and keys per tile
 constexpr int kTileVectors = kBlock / 16;
+constexpr i64 kPackRows = 8;  // from this many query rows on, a key block is packed once for all
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 thread_local ScratchBuffer t_scratch;  // per-thread tiles, kept across calls
@@ -107,6 +112,61 @@ void tile_scores(const float* a, i64 lda, i64 rows, const float* packed, i64 dh,
   }
 }
 
+// Lane j of the result = the sum of the 16 lanes of a[j], by a tree of in-lane unpacks and
+// 128-bit shuffles (30 shuffles and 15 additions, against a transpose's 64 and 15).
+__m512 sum16(const __m512 a[16]) {
+  __m512 b[8], c[4];
+  // b[i], per 128-bit lane: (x[0] + x[2], y[0] + y[2], x[1] + x[3], y[1] + y[3]) of that lane
+  // of x = a[2i], y = a[2i + 1]
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i)
+    b[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
+                         _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+  // c[i], per 128-bit lane: the sums of that lane of a[4i], ..., a[4i + 3]
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    const __m512d x = _mm512_castps_pd(b[2 * i]), y = _mm512_castps_pd(b[2 * i + 1]);
+    c[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+  }
+  // 128-bit lane q of the result: the four lanes of c[q] added
+  const __m512 f0 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88),
+                                  _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
+  const __m512 f1 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], 0x88),
+                                  _mm512_shuffle_f32x4(c[2], c[3], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(f0, f1, 0x88), _mm512_shuffle_f32x4(f0, f1, 0xDD));
+}
+
+// out[j] = q . k_j for the `count` (<= 64) key rows at k (row stride dh), 16 keys at a time:
+// one accumulator per key over dh, then sum16. Lanes past `count` are written as zero.
+void row_scores(const float* q, const float* k, i64 count, i64 dh, float* out) {
+  for (i64 j0 = 0; j0 < count; j0 += 16) {
+    const i64 keys = std::min<i64>(16, count - j0);
+    const float* kb = k + j0 * dh;
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
+    if (keys == 16) {
+      for (i64 d = 0; d < dh; d += 16) {
+        const __mmask16 mask = first_lanes(dh - d);
+        const __m512 x = _mm512_maskz_loadu_ps(mask, q + d);
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; ++j)
+          acc[j] = _mm512_fmadd_ps(x, _mm512_maskz_loadu_ps(mask, kb + j * dh + d), acc[j]);
+      }
+    } else {
+      for (i64 d = 0; d < dh; d += 16) {
+        const __mmask16 mask = first_lanes(dh - d);
+        const __m512 x = _mm512_maskz_loadu_ps(mask, q + d);
+        for (i64 j = 0; j < keys; ++j)
+          acc[j] = _mm512_fmadd_ps(x, _mm512_maskz_loadu_ps(mask, kb + j * dh + d), acc[j]);
+      }
+    }
+    _mm512_store_ps(out + j0, sum16(acc));
+  }
+  for (i64 j = (count + 15) / 16 * 16; j < kBlock; ++j) out[j] = 0.0f;
+}
+
 // acc (rows x dh, row stride dh) += W (rows x inner, row stride ldw) times X (inner x dh,
 // row stride dh). dh is walked 64 floats at a time, the last chunk masked.
 void accumulate_rows(const float* w, i64 ldw, i64 rows, i64 inner, const float* x, i64 dh,
@@ -169,9 +229,12 @@ __mmask16 visible(i64 i, i64 j0, i64 count, int vector, bool causal) {
   return first_lanes(n);
 }
 
-// Rows [i0, i0 + rows) of one head.
+// `rows` query rows of one head, the first at position `first` (q, out and lse point at its
+// row; lse may be null), against the head's keys: all L of them, or with a causal mask those
+// at or before each row's position. The scores of a key block come from the block packed
+// transposed when `pack`, else row by row from the key rows.
 void forward_query_block(const float* q, const float* k, const float* v, i64 L, i64 dh, float scale,
-                         bool causal, i64 i0, i64 rows, float* out, float* lse) {
+                         bool causal, i64 first, i64 rows, bool pack, float* out, float* lse) {
   float* kt = t_scratch.get(
       static_cast<std::size_t>(dh * kBlock + 2 * kBlock * kBlock + kBlock * dh + 2 * kBlock));
   float* s = kt + dh * kBlock;     // scores, then probabilities (rows x 64)
@@ -184,13 +247,17 @@ void forward_query_block(const float* q, const float* k, const float* v, i64 L, 
   }
   std::fill(o, o + rows * dh, 0.0f);
   const __m512 vscale = _mm512_set1_ps(scale);
-  const i64 key_end = causal ? i0 + rows : L;
+  const i64 key_end = causal ? first + rows : L;
   for (i64 j0 = 0; j0 < key_end; j0 += kBlock) {
     const i64 count = std::min(kBlock, key_end - j0);
-    pack_transposed(k + j0 * dh, count, dh, kt);
-    tile_scores(q + i0 * dh, dh, rows, kt, dh, s);
+    if (pack) {
+      pack_transposed(k + j0 * dh, count, dh, kt);
+      tile_scores(q, dh, rows, kt, dh, s);
+    } else {
+      for (i64 r = 0; r < rows; ++r) row_scores(q + r * dh, k + j0 * dh, count, dh, s + r * kBlock);
+    }
     for (i64 r = 0; r < rows; ++r) {
-      const i64 i = i0 + r;
+      const i64 i = first + r;
       float* sr = s + r * kBlock;
       __m512 vals[kTileVectors];
       __mmask16 keep[kTileVectors];
@@ -231,9 +298,9 @@ void forward_query_block(const float* q, const float* k, const float* v, i64 L, 
   for (i64 r = 0; r < rows; ++r) {
     const float inv = 1.0f / row_sum[r];
     const float* orow = o + r * dh;
-    float* dst = out + (i0 + r) * dh;
+    float* dst = out + r * dh;
     for (i64 d = 0; d < dh; ++d) dst[d] = orow[d] * inv;
-    lse[i0 + r] = row_max[r] + std::log(row_sum[r]);
+    if (lse != nullptr) lse[r] = row_max[r] + std::log(row_sum[r]);
   }
 }
 
@@ -310,8 +377,24 @@ void attention_forward(const float* q, const float* k, const float* v, i64 BH, i
     for (i64 t = tid; t < BH * blocks; t += team) {
       const i64 h = t % BH, i0 = (t / BH) * kBlock;
       const i64 base = h * L * dh;
-      forward_query_block(q + base, k + base, v + base, L, dh, scale, causal, i0,
-                          std::min(kBlock, L - i0), out + base, lse + h * L);
+      forward_query_block(q + base + i0 * dh, k + base, v + base, L, dh, scale, causal, i0,
+                          std::min(kBlock, L - i0), true, out + base + i0 * dh, lse + h * L + i0);
+    }
+  });
+}
+
+void attention_decode_forward(const float* q, const float* k, const float* v, i64 BH, i64 n, i64 L,
+                              i64 kv_stride, i64 dh, float scale, float* out) {
+  const i64 blocks = (n + kBlock - 1) / kBlock;
+  // Units of (head, block of query rows), dealt round-robin as in attention_forward: a
+  // decoding step (n = 1) is one unit per head. Each row is computed by one thread, in steps
+  // that depend on the shape only, so the bits do not depend on the thread count.
+  parallel_team(0, [&](int tid, int team) {
+    for (i64 t = tid; t < BH * blocks; t += team) {
+      const i64 h = t % BH, i0 = (t / BH) * kBlock;
+      const i64 rows = std::min(kBlock, n - i0);
+      forward_query_block(q + (h * n + i0) * dh, k + h * kv_stride, v + h * kv_stride, L, dh, scale,
+                          true, L - n + i0, rows, rows >= kPackRows, out + (h * n + i0) * dh, nullptr);
     }
   });
 }

@@ -21,6 +21,16 @@
 //   gk_j = scale sum_i dS_ij q_i,  gv_j = sum_i P_ij gout_i   (kernel 2: one per key row)
 // Each gradient row is owned by one thread that adds its terms in increasing index, so
 // there are no atomics and the results are deterministic.
+//
+// Decoding over a cache (attention_decode_forward): one block of kDecodeThreads threads per
+// query row, since a decoding step has a single row per head and the 32-row tiles above would
+// leave 31 threads idle. Over chunks of kDecodeChunk keys (online softmax as above):
+//   scores   warp w takes keys w, w + 4, ...; its lanes split q . k_j over dh (consecutive
+//            lanes, consecutive addresses) and warp_sum adds them;
+//   softmax  the chunk's max (block_max_sum) and sum of p_j = e^(s_j - m') (block_sum);
+//   P V      thread t owns output columns t, t + kDecodeThreads, ... and adds p_j v_j in
+//            increasing j, reading v's rows coalesced.
+// Every sum is formed in an order fixed by the shape: deterministic, no atomics.
 #include "kernels/cuda/entries.cuh"
 
 namespace wedge::kernels::WEDGE_CUDA_NS {
@@ -253,6 +263,57 @@ void launch_backward(const float* q, const float* k, const float* v, const float
   check_launch("attention_grad_key_value_kernel");
 }
 
+constexpr int kDecodeThreads = 128;
+constexpr int kDecodeChunk = kDecodeThreads;  // keys per chunk: one per thread in the softmax step
+
+// Block b is query row i = b % n of head b / n. Dynamic shared memory: q's row and the output
+// accumulator (dh floats each).
+__global__ void __launch_bounds__(kDecodeThreads)
+    attention_decode_kernel(const float* q, const float* k, const float* v, i64 n, i64 L, i64 kv_stride, int dh,
+                            float scale, float* out) {
+  __shared__ float w[kDecodeChunk];  // the chunk's scores, then its p_j
+  WEDGE_DYNAMIC_SHARED(float, rows);
+  float* q_row = rows;
+  float* acc = rows + dh;
+  const i64 row = blockIdx.x;
+  const i64 bh = row / n, i = row % n;
+  const float* kh = k + bh * kv_stride;
+  const float* vh = v + bh * kv_stride;
+  const int me = threadIdx.x, lane = me % 32, warp = me / 32, warps = blockDim.x / 32;
+  for (int c = me; c < dh; c += blockDim.x) {
+    q_row[c] = q[row * dh + c];
+    acc[c] = 0.0f;
+  }
+  const i64 visible = L - n + i + 1;  // keys 0 .. L - n + i
+  float m = -INFINITY, l = 0.0f;
+  for (i64 j0 = 0; j0 < visible; j0 += kDecodeChunk) {
+    const int count = static_cast<int>(min_i64(kDecodeChunk, visible - j0));
+    __syncthreads();  // q_row is staged; everyone is done with the previous chunk's p_j
+    for (int jj = warp; jj < count; jj += warps) {
+      const float* key = kh + (j0 + jj) * dh;
+      float dot = 0.0f;
+      for (int c = lane; c < dh; c += 32) dot += q_row[c] * key[c];
+      dot = warp_sum(dot);
+      if (lane == 0) w[jj] = dot * scale;
+    }
+    __syncthreads();  // the chunk's scores are complete
+    const float s = me < count ? w[me] : -INFINITY;
+    const float m_new = fmaxf(m, block_max_sum(MaxSum{s, me < count ? 1.0f : 0.0f}).max);
+    const float p = expf(s - m_new);  // 0 past count
+    if (me < count) w[me] = p;        // only this thread reads or writes w[me] here
+    const float correction = expf(m - m_new);  // 0 on the first chunk (m = -inf)
+    l = l * correction + block_sum(p);         // block_sum's barriers also publish w
+    m = m_new;
+    for (int c = me; c < dh; c += blockDim.x) {
+      const float* column = vh + j0 * dh + c;
+      float a = acc[c] * correction;
+      for (int jj = 0; jj < count; ++jj) a += w[jj] * column[jj * dh];
+      acc[c] = a;
+    }
+  }
+  for (int c = me; c < dh; c += blockDim.x) out[row * dh + c] = acc[c] / l;
+}
+
 int head_dim_class_or_throw(i64 dh, const char* entry) {
   const int c = launch::attention_head_dim_class(dh);
   if (c == 0) {
@@ -276,6 +337,19 @@ void attention_forward(const float* q, const float* k, const float* v, i64 BH, i
     case 64: return launch_forward<64>(q, k, v, BH, L, d, scale, causal, out, lse);
     default: return launch_forward<128>(q, k, v, BH, L, d, scale, causal, out, lse);
   }
+}
+
+void attention_decode_forward(const float* q, const float* k, const float* v, i64 BH, i64 n, i64 L, i64 kv_stride,
+                              i64 dh, float scale, float* out) {
+  if (BH <= 0 || n <= 0 || dh <= 0) return;
+  const std::size_t shared = sizeof(float) * static_cast<std::size_t>(2 * dh);
+  if (shared + sizeof(float) * kDecodeChunk > launch::kMaxDefaultShared) {
+    throw std::runtime_error("cuda attention_decode_forward: head dimension " + std::to_string(dh) +
+                             " does not fit in shared memory");
+  }
+  WEDGE_LAUNCH(grid_1d(BH * n), kDecodeThreads, shared, attention_decode_kernel)(
+      q, k, v, n, L, kv_stride, static_cast<int>(dh), scale, out);
+  check_launch("attention_decode_kernel");
 }
 
 void attention_backward(const float* q, const float* k, const float* v, const float* out, const float* lse,

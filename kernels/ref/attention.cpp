@@ -93,11 +93,49 @@ void attention_backward(const T* q, const T* k, const T* v, const T* out, const 
   }
 }
 
+// Decoding: query i of the n newest positions sits at position p = L - n + i and sees the
+// keys j <= p of its head's cache (rows kv_stride apart); later keys are left out of the
+// sums rather than masked with -inf, and rows past L are never read.
+template <typename T>
+void attention_decode_forward(const T* q, const T* k, const T* v, i64 BH, i64 n, i64 L,
+                              i64 kv_stride, i64 dh, T scale, T* out) {
+  for (i64 h = 0; h < BH; ++h) {
+    const T* kh = k + h * kv_stride;
+    const T* vh = v + h * kv_stride;
+    for (i64 i = 0; i < n; ++i) {
+      const T* qi = q + (h * n + i) * dh;
+      T* oi = out + (h * n + i) * dh;
+      const i64 visible = L - n + i + 1;
+      const auto score = [&](i64 j) {
+        acc_t dot = 0;
+        for (i64 d = 0; d < dh; ++d) dot += acc_t(qi[d]) * acc_t(kh[j * dh + d]);
+        return acc_t(scale) * dot;
+      };
+      // The stable softmax of the row: subtract its maximum before exponentiating.
+      acc_t max = -std::numeric_limits<acc_t>::infinity();
+      for (i64 j = 0; j < visible; ++j) max = std::fmax(max, score(j));
+      acc_t sum = 0;
+      for (i64 j = 0; j < visible; ++j) sum += std::exp(score(j) - max);
+      // out_i = sum_j P_ij v_j with P_ij = exp(s_ij - lse_i), summed straight into the output
+      // row: the steps of attention_forward, so a decoded row and the same row of a causal
+      // attention_forward over the whole stream are the same numbers.
+      const acc_t lse = max + std::log(sum);
+      for (i64 d = 0; d < dh; ++d) oi[d] = T(0);
+      for (i64 j = 0; j < visible; ++j) {
+        const acc_t P = std::exp(score(j) - lse);
+        for (i64 d = 0; d < dh; ++d) oi[d] += T(P * acc_t(vh[j * dh + d]));
+      }
+    }
+  }
+}
+
 #define WEDGE_REF_INSTANTIATE(T)                                                                  \
   template void attention_forward<T>(const T*, const T*, const T*, i64, i64, i64, T, bool, T*,    \
                                      T*);                                                         \
   template void attention_backward<T>(const T*, const T*, const T*, const T*, const T*, const T*, \
-                                      i64, i64, i64, T, bool, T*, T*, T*);
+                                      i64, i64, i64, T, bool, T*, T*, T*);                        \
+  template void attention_decode_forward<T>(const T*, const T*, const T*, i64, i64, i64, i64,     \
+                                            i64, T, T*);
 WEDGE_REF_INSTANTIATE(float)
 WEDGE_REF_INSTANTIATE(double)
 #undef WEDGE_REF_INSTANTIATE

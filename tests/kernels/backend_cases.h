@@ -143,7 +143,7 @@ struct Backend {
 
 // The harness check that covers a kernel; a forward kernel and its backward share one.
 enum class Check { gemm, bias_act, fill_unary, binary, dropout, gate_mix, selective_scan, adam, reduce, softmax,
-                   cross_entropy, layer_norm, embedding, attention, plucker, memory, tree_sum };
+                   cross_entropy, layer_norm, embedding, attention, attention_decode, plucker, memory, tree_sum };
 
 // One kernel call with its operands in one backend's memory (freed with the Call).
 class Call {
@@ -414,6 +414,16 @@ inline void attention_backward(Call& c) {
     c.k.attention_backward(o.q, o.k, o.v, o.out, o.lse, gout, A::BH, A::L, A::dh, A::scale, true, gq, gk, gv);
   };
 }
+// One step of generation for every head of the batch: the newest query against a cache of
+// kBlock positions (capacity kBlock rows per head, all filled), read in place.
+inline void attention_decode_forward(Call& c) {
+  constexpr i64 BH = kBatch * kHeads, L = kBlock, dh = kHeadDim;
+  const float* q = c.in(values(BH * dh, 28, -1.5f, 1.5f));
+  const float* k = c.in(values(BH * L * dh, 29, -1.5f, 1.5f));
+  const float* v = c.in(values(BH * L * dh, 30));
+  float* out = c.out<float>(std::size_t(BH * dh));
+  c.run = [&c, q, k, v, out] { c.k.attention_decode_forward(q, k, v, BH, 1, L, L * dh, dh, 0.125f, out); };
+}
 // The Grassmann mixing of a batch: z (B, L, r), and the norms (B, L, m) the forward writes.
 struct PluckerOperands {
   const float* z;
@@ -581,6 +591,8 @@ inline const KernelCase kernel_cases[] = {
     {KernelId::dropout_backward, Check::dropout, "2^20, p 0.1", prepare::dropout_backward},
     {KernelId::attention_forward, Check::attention, "32 heads x 128 x 64, causal", prepare::attention_forward},
     {KernelId::attention_backward, Check::attention, "32 heads x 128 x 64, causal", prepare::attention_backward},
+    {KernelId::attention_decode_forward, Check::attention_decode, "32 heads, 1 query x 128 keys x 64",
+     prepare::attention_decode_forward},
     {KernelId::plucker_forward, Check::plucker, "8x128, r 32, 6 offsets", prepare::plucker_forward},
     {KernelId::plucker_backward, Check::plucker, "8x128, r 32, 6 offsets", prepare::plucker_backward},
     {KernelId::plucker_mean_forward, Check::plucker, "8x128, r 32, 6 offsets", prepare::plucker_mean_forward},

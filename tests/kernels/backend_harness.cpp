@@ -115,6 +115,8 @@ const Tolerance kTolerances[] = {
     {KernelId::attention_forward, "lse", {1e-5, 1e-5}, "the scaled, masked scores' log-sum-exp"},
     {KernelId::attention_backward, nullptr, {2e-5, 1e-3},
      "the reference too sums each gradient in float: up to L terms of size ~1/L on both sides"},
+    {KernelId::attention_decode_forward, "out", {1e-5, 1e-4},
+     "softmax-weighted sums of v over up to L keys, as attention_forward's out"},
     {KernelId::plucker_forward, "out", {1e-6, 1e-5}, "p / max(||p||, eps)"},
     {KernelId::plucker_forward, "norms", {1e-7, 1e-5}, "||p|| over P pairs"},
     {KernelId::plucker_mean_forward, "out", {1e-6, 1e-5}, "the mean of the valid offsets' p / max(||p||, eps)"},
@@ -1345,6 +1347,53 @@ void check_attention(Suite<T>& s) {
   }
 }
 
+// ---- attention over a key/value cache -----------------------------------------------------------------
+
+// The n newest of L positions against heads of `capacity` rows of which the first L are
+// filled; the unfilled rows hold NaN, so a kernel that reads past L fails. Around the CPU's
+// 64-key blocks and its switch from row-by-row products to packed tiles or GEMMs (at 8 rows
+// with AVX-512, 4 with AVX2), the CUDA kernel's 128-key chunks, head sizes that are not
+// multiples of 8 or 16, n = 1 (a step of generation), n = L (a whole prompt) and chunks of a
+// prompt in between.
+template <typename T>
+void check_attention_decode(Suite<T>& s) {
+  struct Shape { i64 BH, n, L, capacity, dh; };
+  std::vector<Shape> shapes = {{1, 1, 1, 1, 1},      {2, 1, 7, 9, 13},     {3, 1, 70, 75, 64}, {2, 3, 33, 40, 16},
+                               {1, 5, 5, 9, 7},      {2, 4, 65, 65, 13},   {1, 7, 40, 48, 64}, {2, 8, 65, 70, 16},
+                               {2, 37, 130, 131, 33}, {1, 1, 129, 130, 128}};
+  if (s.large())
+    append(shapes, {{4, 1, 1029, 1100, 64}, {32, 1, 200, 256, 64}, {2, 70, 300, 300, 64}, {1, 65, 65, 70, 70},
+                    {3, 2, 257, 300, 5}});
+  if (s.full()) append(shapes, {{32, 1, 4096, 4096, 64}, {4, 256, 2048, 4096, 64}});
+  std::uint64_t seed = 1150;
+  for (const Shape& sh : shapes) {
+    const std::size_t q_size = std::size_t(sh.BH * sh.n * sh.dh), cache = std::size_t(sh.BH * sh.capacity * sh.dh);
+    // scores of a few units: the softmax is neither uniform nor one-hot
+    auto q = random_floats(q_size, seed++, -1.5f, 1.5f), k = random_floats(cache, seed++, -1.5f, 1.5f);
+    auto v = random_floats(cache, seed++);
+    for (i64 h = 0; h < sh.BH; ++h) {
+      for (i64 e = sh.L * sh.dh; e < sh.capacity * sh.dh; ++e) {
+        k[std::size_t(h * sh.capacity * sh.dh + e)] = v[std::size_t(h * sh.capacity * sh.dh + e)] = std::nanf("");
+      }
+    }
+    const float scale = 1.0f / std::sqrt(float(sh.dh));
+    const i64 kv_stride = sh.capacity * sh.dh;
+    std::vector<float> expected(q_size);
+    s.ref.attention_decode_forward(q.data(), k.data(), v.data(), sh.BH, sh.n, sh.L, kv_stride, sh.dh, scale,
+                                   expected.data());
+    const std::string what = "attention_decode BH,n,L,capacity,dh=" + shape_str({sh.BH, sh.n, sh.L, sh.capacity, sh.dh});
+    auto got = run_twice(
+        [&] {
+          auto dq = s.put(q), dk = s.put(k), dv = s.put(v), dout = s.put(nans(q_size));
+          s.dev.attention_decode_forward(dq.get(), dk.get(), dv.get(), sh.BH, sh.n, sh.L, kv_stride, sh.dh, T(scale),
+                                         dout.get());
+          return std::vector<std::vector<float>>{dout.download()};
+        },
+        what);
+    s.expect(KernelId::attention_decode_forward, "out", got[0], expected, what);
+  }
+}
+
 // ---- Plücker pairing ---------------------------------------------------------------------------------
 
 template <typename T>
@@ -1627,6 +1676,7 @@ void run_check(Check check, Suite<T>& s) {
     case Check::layer_norm: return check_layer_norm(s);
     case Check::embedding: return check_embedding(s);
     case Check::attention: return check_attention(s);
+    case Check::attention_decode: return check_attention_decode(s);
     case Check::plucker: return check_plucker(s);
     case Check::memory: return check_memory(s);
     case Check::tree_sum: return check_tree_sum(s);
@@ -1659,6 +1709,25 @@ void run_backend_harness(const Backend<T>& backend) {
 }
 template void run_backend_harness(const Backend<float>&);
 template void run_backend_harness(const Backend<double>&);
+
+template <typename T>
+void run_kernel_checks(const Backend<T>& backend, const std::vector<KernelId>& kernels) {
+  Suite<T> s{backend};
+  const std::size_t in_use = backend.alloc->bytes_in_use();
+  std::vector<Check> done;
+  for (const KernelCase& c : kernel_cases) {
+    if (std::find(kernels.begin(), kernels.end(), c.kernel) == kernels.end()) continue;
+    REQUIRE_MESSAGE(has_case_kernel(backend, c.kernel), backend.name << " has no " << kernel_name(c.kernel));
+    if (std::find(done.begin(), done.end(), c.check) != done.end()) continue;
+    done.push_back(c.check);
+    INFO(backend.name << ", the check of " << kernel_name(c.kernel));
+    run_check(c.check, s);
+  }
+  CHECK_MESSAGE(done.size() > 0, backend.name << ": none of the kernels asked for has a check");
+  CHECK_MESSAGE(backend.alloc->bytes_in_use() == in_use, backend.name << ": the checks did not free all they allocated");
+}
+template void run_kernel_checks(const Backend<float>&, const std::vector<KernelId>&);
+template void run_kernel_checks(const Backend<double>&, const std::vector<KernelId>&);
 
 template <typename T>
 void run_gemm_checks(const Backend<T>& backend, const std::vector<GemmShape>& shapes, Precision precision) {

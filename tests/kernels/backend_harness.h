@@ -21,6 +21,11 @@ namespace wedge::kernels::harness {
 template <typename T>
 void run_backend_harness(const Backend<T>& backend);
 
+// Only the checks that cover `kernels` (each check once, as the full run orders them): for a
+// table the full run does not reach, such as the AVX2 kernels on a CPU that has AVX-512.
+template <typename T>
+void run_kernel_checks(const Backend<T>& backend, const std::vector<KernelId>& kernels);
+
 // Only the GEMM checks (plain and with the epilogue), on the harness's shapes, or on
 // `shapes` (m, n, k) when given: for a GEMM path the full run does not reach (the CUDA
 // unfused epilogue, a CPU micro-kernel or cache blocking, OpenBLAS).

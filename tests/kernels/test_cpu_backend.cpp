@@ -78,6 +78,35 @@ TEST_CASE("cpu table: the entries engine/kernels.def marks avx512 are the AVX-51
   CHECK(with_avx2 >= 2);  // attention, forward and backward
 }
 
+TEST_CASE("cpu AVX2 kernels match the reference, also on a CPU with AVX-512 (where the table does not run them)") {
+  if (!cpu::has_avx2()) {
+    MESSAGE("this CPU has no AVX2: the AVX2 kernels' tests skipped");
+    return;
+  }
+  if (!cpu::has_avx512()) return;  // the CPU table is this one: the backend harness runs it
+  // The table of a CPU with AVX2 but not AVX-512: the reference with the `avx512_avx2`
+  // entries' AVX2 kernels over it (the GEMM is the CPU table's own, checked elsewhere).
+  KernelTable<float> t = ref_table_f32();
+  std::vector<KernelId> avx2_kernels;
+#define WEDGE_CPU_AVX2_ref(name)
+#define WEDGE_CPU_AVX2_own(name)
+#define WEDGE_CPU_AVX2_avx512(name)
+#define WEDGE_CPU_AVX2_avx512_avx2(name) \
+  t.name = &cpu::avx2::name;             \
+  avx2_kernels.push_back(KernelId::name);
+#define WEDGE_KERNEL(name, cpu, params) WEDGE_CPU_AVX2_##cpu(name)
+#include "engine/kernels.def"
+#undef WEDGE_KERNEL
+#undef WEDGE_CPU_AVX2_avx512_avx2
+#undef WEDGE_CPU_AVX2_avx512
+#undef WEDGE_CPU_AVX2_own
+#undef WEDGE_CPU_AVX2_ref
+  t.gemm = cpu_table_f32().gemm;
+  HostMemory host;
+  run_kernel_checks(Backend<float>{"CPU (avx2 kernels)", Family::cpu, &t, &cpu_memory_table(), &host, Sizes::large},
+                    avx2_kernels);
+}
+
 TEST_CASE("cpu axis sums equal the reference bit for bit (the same order of additions)") {
   if (!avx512_available()) return;
   struct Shape { i64 outer, n, inner; };

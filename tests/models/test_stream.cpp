@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/allocator.h"
 #include "engine/autograd.h"
 #include "engine/rng.h"
 #include "ops/ops.h"
@@ -64,7 +65,8 @@ double stream_vs_forward(models::LanguageModel& model, const std::vector<std::in
                          std::int64_t L, const std::vector<std::int64_t>& chunks) {
   NoGradGuard no_grad;
   model.eval();
-  const Tensor full = model.forward(Tensor::from_vector(ids, {B, L}));
+  const Device device = model.parameters().front().device();
+  const Tensor full = model.forward(Tensor::from_vector(ids, {B, L}).to(device));
   auto stream = model.open_stream(B);
   std::vector<Tensor> parts;
   std::int64_t at = 0;
@@ -100,8 +102,9 @@ std::vector<std::vector<std::int64_t>> chunkings(std::int64_t L) {
 
 constexpr double kTolerance = 1e-5;
 
-void check_exact(const LMConfig& c, std::int64_t B, std::int64_t L) {
+void check_exact(const LMConfig& c, std::int64_t B, std::int64_t L, Device device = Device::cpu()) {
   auto model = models::make_model(c);
+  model->to(device);
   const std::vector<std::int32_t> ids = random_ids(B, L, c.vocab_size, 99);
   for (const auto& chunks : chunkings(L)) {
     CAPTURE(chunks.size());
@@ -200,4 +203,16 @@ TEST_CASE("a stream keeps constant state for GrassmannLM and SheafStateLM, and r
   CHECK_THROWS_AS(model->open_stream(0), std::invalid_argument);
   // The Transformer's cache is allocated for the whole block: layers x 2 x (B, H, block, dh).
   CHECK(stream->state_bytes() == c.layers * 2 * c.block * c.d_model * 4);
+}
+
+TEST_CASE("CUDA: streams equal the full forward on the GPU for every model") {
+  if (!has_allocator(DeviceKind::CUDA)) {
+    MESSAGE("no CUDA device: the GPU stream checks skipped");
+    return;
+  }
+  for (const char* name : {"transformer", "grassmann", "sheaf"}) {
+    CAPTURE(name);
+    check_exact(small(name), 2, 38, Device::cuda());
+    check_exact(small(name), 1, 1, Device::cuda());
+  }
 }
