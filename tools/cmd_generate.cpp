@@ -1,9 +1,14 @@
 // `wedge generate`: text from a trained run, printed as it is produced. The prompt is read
 // once (prefill); each new token is one step of the model's stream (tools/generation.h).
+// `wedge bench-generate`: the same streams timed on random weights.
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <mutex>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -16,7 +21,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/autograd.h"
 #include "engine/json_field.h"
+#include "engine/rng.h"
+#include "engine/thread_pool.h"
+#include "kernels/cpu/isa.h"
+#include "models/memory_check.h"
+#include "ops/ops.h"
 #include "engine/precision.h"
 #include "tools/commands.h"
 #include "tools/corpus.h"
@@ -166,7 +177,169 @@ void run_generate(const GenerateArgs& a, bool prompt_given) {
                                          mismatch, limit));
 }
 
+// ---- wedge bench-generate ------------------------------------------------------------------
+
+struct BenchArgs {
+  std::string models = "transformer,grassmann,sheaf", device = "cpu";
+  std::vector<std::int64_t> prompts = {16, 128, 512, 1024};
+  std::int64_t new_tokens = 32, batch = 1, repeats = 3;
+  int threads = 0;
+  bool json = false;
+};
+
+std::vector<std::string> split_commas(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// Sums floats [lo, hi) of x with 8-lane vectors and four accumulators: a loop bound by the
+// memory's read bandwidth, not by the additions.
+using Lanes = float __attribute__((vector_size(32)));
+__attribute__((target("avx2"))) float sum_avx2(const float* x, std::int64_t lo, std::int64_t hi) {
+  Lanes a[4] = {};
+  std::int64_t i = lo;
+  for (; i + 32 <= hi; i += 32)
+    for (int v = 0; v < 4; ++v) {
+      Lanes l;
+      std::memcpy(&l, x + i + 8 * v, sizeof l);
+      a[v] += l;
+    }
+  float total = 0;
+  for (const Lanes& v : a)
+    for (int l = 0; l < 8; ++l) total += v[l];
+  for (; i < hi; ++i) total += x[i];
+  return total;
+}
+
+// Read bandwidth over a buffer of `bytes` read by every thread at once: the best of three
+// passes after one that pages it in — what streaming the weights once per token can at
+// best reach here (0 without AVX2).
+double read_gigabytes_per_s(std::int64_t bytes) {
+  if (!kernels::cpu::has_avx2()) return 0;
+  const std::int64_t n = std::max<std::int64_t>(32, bytes / 4);
+  std::vector<float> buffer(static_cast<std::size_t>(n), 1.0f);
+  double best = 0;
+  for (int pass = 0; pass < 4; ++pass) {
+    std::mutex m;
+    double sum = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    parallel_for(0, n, 1 << 18, [&](std::int64_t lo, std::int64_t hi) {
+      const float part = sum_avx2(buffer.data(), lo, hi);
+      const std::lock_guard<std::mutex> lock(m);
+      sum += part;
+    });
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (sum != double(n)) throw std::runtime_error("bench-generate: the bandwidth probe misread its buffer");
+    if (pass > 0) best = std::max(best, double(n) * 4.0 / secs / 1e9);
+  }
+  return best;
+}
+
+void run_bench_generate(const ModelFlags& flags, const BenchArgs& a, bool block_given) {
+  if (a.threads > 0) set_num_threads(a.threads);
+  const Device device = Device::parse(a.device);
+  const std::int64_t longest = *std::max_element(a.prompts.begin(), a.prompts.end());
+  nlohmann::json rows = nlohmann::json::array();
+  double gbps = 0;
+  for (const std::string& name : split_commas(a.models)) {
+    ModelFlags f = flags;
+    f.values.model = name;
+    if (!block_given) f.values.block = longest + a.new_tokens;  // room for the longest prompt and its new tokens
+    const models::LMConfig cfg = f.config();
+    if (longest + a.new_tokens > cfg.block)
+      throw std::invalid_argument(fmt::format("--block {} is too short for a prompt of {} and {} new tokens", cfg.block,
+                                              longest, a.new_tokens));
+    models::check_model_memory(cfg, models::ModelUse::evaluation);
+    auto model = models::make_model(cfg);
+    model->to(device);
+    model->eval();
+    NoGradGuard no_grad;
+    const std::int64_t weight_bytes = model->num_parameters() * 4;
+    if (gbps == 0 && device.is_cpu()) gbps = read_gigabytes_per_s(weight_bytes);
+    Generator gen(cfg.seed + 1);
+    auto random_ids = [&](std::int64_t n) {
+      std::vector<std::int32_t> ids(static_cast<std::size_t>(a.batch * n));
+      for (auto& v : ids) v = static_cast<std::int32_t>(gen.integer(static_cast<std::uint64_t>(cfg.vocab_size)));
+      return Tensor::from_vector(ids, {a.batch, n}).to(device);
+    };
+    auto wait = [](const Tensor& t) { (void)ops::narrow(ops::reshape(t, {-1}), 0, 0, 1).item(); };
+    for (const std::int64_t prompt : a.prompts) {
+      std::vector<double> prefill_s, step_ms, forward_s;
+      std::int64_t state = 0;
+      for (std::int64_t r = 0; r < a.repeats; ++r) {
+        const Tensor ids = random_ids(prompt);
+        auto t0 = std::chrono::steady_clock::now();
+        wait(model->forward(ids));  // the whole forward over the prompt, every position's logits
+        forward_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        auto stream = model->open_stream(a.batch);
+        t0 = std::chrono::steady_clock::now();
+        wait(stream->feed(ids, true));
+        prefill_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        for (std::int64_t i = 0; i < a.new_tokens; ++i) {
+          const Tensor next = random_ids(1);
+          t0 = std::chrono::steady_clock::now();
+          wait(stream->feed(next, true));
+          step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        }
+        state = stream->state_bytes();
+      }
+      auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+      };
+      const double tokens = double(a.batch * prompt);
+      nlohmann::json row{{"model", name},
+                         {"prompt", prompt},
+                         {"batch", a.batch},
+                         {"block", cfg.block},
+                         {"decode_ms_per_step", median(step_ms)},
+                         {"decode_tokens_per_s", 1e3 * double(a.batch) / median(step_ms)},
+                         {"prefill_tokens_per_s", tokens / median(prefill_s)},
+                         {"forward_tokens_per_s", tokens / median(forward_s)},
+                         {"state_bytes", state},
+                         {"weight_bytes", weight_bytes},
+                         {"threads", num_threads()},
+                         {"device", device.str()},
+                         {"precision", precision_name(matmul_precision())}};
+      if (gbps > 0) row["weights_read_ms_at_measured_bandwidth"] = 1e3 * double(weight_bytes) / (gbps * 1e9);
+      if (!a.json)
+        fmt::print("{:<12} prompt {:>5}  decode {:7.2f} ms/step ({:6.0f} tokens/s)  prefill {:8.0f} tokens/s (whole forward "
+                   "{:8.0f})  state {}\n",
+                   name, prompt, median(step_ms), 1e3 * double(a.batch) / median(step_ms), tokens / median(prefill_s),
+                   tokens / median(forward_s), human_bytes(state));
+      rows.push_back(row);
+    }
+    if (!a.json && gbps > 0)
+      fmt::print("{:<12} weights {} read once per token: {:.2f} ms at the measured {:.1f} GB/s\n", name,
+                 human_bytes(weight_bytes), 1e3 * double(weight_bytes) / (gbps * 1e9), gbps);
+  }
+  if (a.json) fmt::print("{}\n", nlohmann::json{{"rows", rows}, {"read_gb_per_s", gbps}}.dump());
+}
+
 }  // namespace
+
+void register_bench_generate_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("bench-generate",
+                                 "Time streaming generation on random weights and tokens: prefill tokens/s and decode ms per "
+                                 "token at several prompt lengths, beside the whole forward and the weights' read time");
+  auto flags = std::make_shared<ModelFlags>();
+  auto a = std::make_shared<BenchArgs>();
+  add_model_flags(*cmd, *flags);
+  cmd->add_option("--models", a->models, "Comma-separated models to time")->capture_default_str();
+  cmd->add_option("--prompts", a->prompts, "Prompt lengths (default --block: the longest plus --new-tokens)")
+      ->check(CLI::Range(std::int64_t{1}, models::kMaxLength))
+      ->delimiter(',');
+  cmd->add_option("--new-tokens", a->new_tokens, "Decode steps timed after each prompt")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  cmd->add_option("--batch", a->batch, "Sequences decoded together")->check(CLI::Range(1, 4096))->capture_default_str();
+  cmd->add_option("--repeats", a->repeats, "Runs per prompt (the median is reported)")->check(CLI::Range(1, 1000))->capture_default_str();
+  cmd->add_option("--threads", a->threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
+  cmd->add_option("--device", a->device, "cpu or cuda[:N]")->capture_default_str();
+  cmd->add_flag("--json", a->json, "One JSON object with a row per model and prompt");
+  cmd->callback([cmd, flags, a] { run_bench_generate(*flags, *a, cmd->count("--block") > 0); });
+}
 
 void register_generate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "Sample text from a trained run, printed as it is produced");

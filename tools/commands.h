@@ -15,6 +15,7 @@ void register_data_commands(CLI::App& app);   // wedge tokenize / vocab train / 
 void register_model_commands(CLI::App& app);  // wedge params / audit-causal
 void register_train_commands(CLI::App& app);  // wedge train / eval / classify / plot / bench-step
 void register_generate_command(CLI::App& app);  // wedge generate
+void register_bench_generate_command(CLI::App& app);  // wedge bench-generate
 void register_depsim_command(CLI::App& app);  // wedge depsim
 
 // n with a comma between groups of three digits, for the commands' tables: -1,234,567.

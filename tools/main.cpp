@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   wedge::tools::register_model_commands(app);
   wedge::tools::register_train_commands(app);
   wedge::tools::register_generate_command(app);
+  wedge::tools::register_bench_generate_command(app);
   wedge::tools::register_depsim_command(app);
   try {
     app.parse(argc, argv);
