@@ -21,6 +21,15 @@
 //    256 x   256 x 4096   a weight gradient over all tokens (TN)
 //    128 x   128 x   64   attention scores per head, batched over 128 heads (and P V)
 // After the benchmarks a table lists the GFLOP/s per shape and the ratios.
+//
+// And token-by-token generation (batch 1, one row of A; run first): y = x W^T for the LM head
+// (W 30,522 x 256) and the layers' weights (768 x 256, 1024 x 256, 256 x 1024), on
+// sgemm_wedge's small-m path (kernels/cpu/gemv.h: W read once, in place), on the packed
+// GEMM it used before (W packed on every call), and on OpenBLAS (cblas_sgemv); a second
+// table gives microseconds per call and the GB/s of W read. Calls this short (microseconds,
+// two threads joining after each) suffer badly from anything else on the cores, so each runs
+// 7 repetitions and the table takes the fastest (the console's "min" row: its time, but the
+// smallest of the rate counters). `--benchmark_filter=decode` runs only these.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 #include <immintrin.h>
@@ -49,10 +58,11 @@ double measure_peak_gflops() { return measured_fma_peak_gflops(0); }
 double g_peak_gflops = 0;
 double g_bf16_peak_gflops = 0;  // 0: no AVX-512-BF16
 
-enum class Library { Wedge, WedgePerBlock, WedgeBf16, OpenBLAS };
+enum class Library { Wedge, WedgePerBlock, WedgeBf16, OpenBLAS, WedgePacked };
 const char* library_name(Library l) {
   switch (l) {
     case Library::Wedge: return "wedge";
+    case Library::WedgePacked: return "wedge-packed";
     case Library::WedgePerBlock: return "wedge-b-per-block";
     case Library::WedgeBf16: return "wedge-bf16";
     case Library::OpenBLAS: return "openblas";
@@ -72,11 +82,20 @@ void sgemm_b_per_block(const GemmArgs<float>& g) {
   cpu::sgemm_packed(mk, blocking, g);
 }
 
+// wedge's packed GEMM whatever the shape (sgemm_wedge gives a few rows to gemv.h instead).
+void sgemm_always_packed(const GemmArgs<float>& g) {
+  const cpu::SgemmMicroKernel& mk = *cpu::best_sgemm_microkernel();
+  static const cpu::GemmBlocking blocking = cpu::default_blocking(mk);
+  cpu::sgemm_packed(mk, blocking, g);
+}
+
 void call(Library library, const GemmArgs<float>& g) {
   if (library == Library::OpenBLAS)
     sgemm_openblas(g);
   else if (library == Library::WedgePerBlock)
     sgemm_b_per_block(g);
+  else if (library == Library::WedgePacked)
+    sgemm_always_packed(g);
   else
     sgemm_wedge(g);
 }
@@ -102,6 +121,16 @@ const Shape kShapes[] = {
     {"wgrad NT", 256, 256, 4096, Trans::N, Trans::T, 1},
     {"attn QK^T x128", 128, 128, 64, Trans::N, Trans::T, 128},
     {"attn PV x128", 128, 64, 128, Trans::N, Trans::N, 128},
+};
+
+// Generation, one token: x (1, k) times W^T, W (n, k) as nn::Linear stores it; and one NN.
+const Shape kDecodeShapes[] = {
+    {"decode head NT", 1, 30522, 256, Trans::N, Trans::T, 1},
+    {"decode qkv NT", 1, 768, 256, Trans::N, Trans::T, 1},
+    {"decode ffn_up NT", 1, 1024, 256, Trans::N, Trans::T, 1},
+    {"decode ffn_down NT", 1, 256, 1024, Trans::N, Trans::T, 1},
+    {"decode ffn_up NN", 1, 1024, 256, Trans::N, Trans::N, 1},
+    {"decode head x4 NT", 4, 30522, 256, Trans::N, Trans::T, 1},
 };
 
 // Operands live as long as the program: the logits shape alone needs 0.5 GB of C, which
@@ -150,6 +179,7 @@ GemmArgs<float> args_for(const Shape& s, Operands& ops) {
 }
 
 std::map<std::string, std::map<std::string, double>> g_results;  // shape -> library -> GFLOP/s
+std::map<std::string, std::map<std::string, double>> g_decode;   // shape -> library -> seconds per call
 
 void run_gemm(benchmark::State& state, const Shape& shape, Library library) {
   Operands& ops = operands_for(shape);
@@ -166,6 +196,10 @@ void run_gemm(benchmark::State& state, const Shape& shape, Library library) {
   const double flops = 2.0 * static_cast<double>(shape.m * shape.n * shape.k * shape.batch);
   state.counters["GFLOPS"] =
       benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  if (shape.m <= 8) {  // a decode shape: the bytes of B read per call, per second
+    const double bytes = 4.0 * static_cast<double>(shape.n * shape.k * shape.batch);
+    state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  }
   state.SetLabel(std::string(library_name(library)) + " " + std::to_string(num_threads()) + "t");
 }
 
@@ -183,7 +217,11 @@ class PeakReporter : public benchmark::ConsoleReporter {
       run.counters["% peak"] = benchmark::Counter(100.0 * rate / (bf16 ? g_bf16_peak_gflops : g_peak_gflops));
       const auto slash = name.find('/');
       const std::string shape = name.substr(slash + 1, name.find('/', slash + 1) - slash - 1);
-      g_results[shape][name.substr(0, slash)] = rate;
+      if (shape.rfind("decode", 0) != 0) {
+        g_results[shape][name.substr(0, slash)] = rate;
+      } else if (run.run_type == Run::RT_Aggregate && run.aggregate_name == "min") {
+        g_decode[shape][name.substr(0, slash)] = run.real_accumulated_time / static_cast<double>(run.iterations);
+      }
     }
     ConsoleReporter::ReportRuns(copy);
   }
@@ -211,6 +249,24 @@ int main(int argc, char** argv) {
     std::printf("bf16 GEMM: %s (no bf16 rows)\n\n", bf16_gemm_description());
   }
 
+  // The decode shapes first, library by library: OpenBLAS's threads spin for a while after
+  // each of its calls, and on 2 cores they slow the calls of a few microseconds that follow
+  // (wedge's pool joins its threads after each one) by an order of magnitude.
+  for (Library library : {Library::Wedge, Library::WedgePacked, Library::OpenBLAS}) {
+    if (library == Library::WedgePacked && !cpu::best_sgemm_microkernel()) continue;
+    for (const Shape& s : kDecodeShapes) {
+      const std::string shape = std::string(s.label) + " " + std::to_string(s.m) + "x" +
+                                std::to_string(s.n) + "x" + std::to_string(s.k);
+      benchmark::RegisterBenchmark((std::string(library_name(library)) + "/" + shape).c_str(),
+                                   [s, library](benchmark::State& st) { run_gemm(st, s, library); })
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime()
+          ->MinTime(0.05)
+          ->Repetitions(7)
+          ->DisplayAggregatesOnly(true)
+          ->ComputeStatistics("min", [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); });
+    }
+  }
   for (const Shape& s : kShapes) {
     const std::string shape = std::string(s.label) + " " + std::to_string(s.m) + "x" +
                               std::to_string(s.n) + "x" + std::to_string(s.k);
@@ -240,6 +296,28 @@ int main(int argc, char** argv) {
       std::printf(" %11.1f %8.2fx %9.2fx %9.1f%%", h->second, h->second / w->second, h->second / o->second,
                   100.0 * h->second / g_bf16_peak_gflops);
     std::printf("\n");
+  }
+  if (!g_decode.empty()) {
+    std::printf("\n%-34s %20s %20s %20s %9s\n", "decode shape (M x N x K)", "wedge small-m us GB/s",
+                "wedge packed us GB/s", "openblas us GB/s", "gain");
+    for (const auto& [shape, libs] : g_decode) {
+      const Shape* s = nullptr;
+      for (const Shape& d : kDecodeShapes)
+        if (shape.rfind(d.label, 0) == 0 && shape[std::string(d.label).size()] == ' ') s = &d;
+      if (s == nullptr) continue;
+      const double bytes = 4.0 * static_cast<double>(s->n * s->k);
+      std::printf("%-34s", shape.c_str());
+      for (const char* lib : {"wedge", "wedge-packed", "openblas"}) {
+        const auto it = libs.find(lib);
+        if (it == libs.end())
+          std::printf(" %20s", "-");
+        else
+          std::printf(" %11.1f %8.1f", it->second * 1e6, bytes / it->second / 1e9);
+      }
+      const auto w = libs.find("wedge"), p = libs.find("wedge-packed");
+      if (w != libs.end() && p != libs.end()) std::printf(" %8.2fx", p->second / w->second);
+      std::printf("\n");
+    }
   }
   benchmark::Shutdown();
   return 0;

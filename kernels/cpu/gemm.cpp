@@ -186,12 +186,16 @@ i64 whole_b_floats(const SgemmMicroKernel& mk, const GemmBlocking& blk, const Ma
 }
 
 std::atomic<i64> g_whole_b_packings{0};
+std::atomic<i64> g_b_packings{0};  // every packing of op(B), whole or one block
 
 // Thread `tid` of `team` packs its share of all of op(B) into `out` (the PackedB layout):
 // the work is cut into (slice, block of nc columns) pieces, dealt out in turn.
 void pack_whole_b(const SgemmMicroKernel& mk, const GemmBlocking& blk, const MatrixProblem& pr, float* out,
                   int tid, int team) {
-  if (tid == 0) g_whole_b_packings.fetch_add(1, std::memory_order_relaxed);
+  if (tid == 0) {
+    g_whole_b_packings.fetch_add(1, std::memory_order_relaxed);
+    g_b_packings.fetch_add(1, std::memory_order_relaxed);
+  }
   const i64 col_blocks = ceil_div(pr.n, blk.nc);
   const i64 slice_floats = ceil_div(pr.n, mk.nr) * mk.nr * panel_depth(mk, blk.kc);
   i64 piece = 0;
@@ -212,6 +216,7 @@ const float* block_of_b(const SgemmMicroKernel& mk, const MatrixProblem& pr, con
                         i64 kc, i64 jc, i64 nc, i64 next_kc) {
   if (whole.panels) return whole.block(mk, p0, kc, jc);
   float* own = t_b_block.get(static_cast<std::size_t>(ceil_div(nc, mk.nr) * mk.nr * panel_depth(mk, kc)));
+  g_b_packings.fetch_add(1, std::memory_order_relaxed);
   mk.pack_b(pr.b + p0 * pr.b_row_stride + jc * pr.b_col_stride, pr.b_row_stride, pr.b_col_stride, kc, next_kc,
             nc, own);
   return own;
@@ -438,6 +443,7 @@ void tile_epilogue_scalar(float* c, i64 ldc, int m_valid, int n_valid, const flo
 }
 
 i64 whole_b_packings() { return g_whole_b_packings.load(std::memory_order_relaxed); }
+i64 b_packings() { return g_b_packings.load(std::memory_order_relaxed); }
 
 GemmBlocking default_blocking(const SgemmMicroKernel& mk) {
   GemmBlocking blk;

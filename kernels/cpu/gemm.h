@@ -103,6 +103,10 @@ bool amx_usable();
 // How many times a GEMM has packed all of op(B) up front (GemmBlocking::pack_b_once), in
 // this process: for tests and benchmarks to see that the path ran.
 i64 whole_b_packings();
+// How many times a GEMM has packed op(B) in this process, all of it up front or one block
+// of it (once per block per thread): a call that adds nothing here did not pack B (the
+// small-m path of gemv.h never does).
+i64 b_packings();
 
 // Blocking tuned for a micro-kernel (measured; see README.md).
 GemmBlocking default_blocking(const SgemmMicroKernel& mk);

@@ -15,6 +15,7 @@
 #include "engine/thread_pool.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemv.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/ref/ref.h"
 
@@ -149,12 +150,35 @@ void sgemm_epilogue_pass(const GemmArgs<float>& g) {
   }
 }
 
+// One row of C (m == 1) through cblas_sgemv, whose BLAS reads op(B) in place where its
+// sgemm would pack it: C row = alpha op(B)^T x + beta C row, x the one row of op(A).
+void sgemv_openblas(const GemmArgs<float>& g) {
+  sync_openblas_threads();
+  const bool tb = g.trans_b == Trans::T;
+  // trans_b T: B is the (n x k) matrix of the product; N: B (k x n), transposed.
+  const i64 rows = tb ? g.n : g.k, cols = tb ? g.k : g.n;
+  const int ldb = static_cast<int>(usable_ld(g.ldb, cols, rows));
+  const int incx = static_cast<int>(g.trans_a == Trans::N ? 1 : std::max<i64>(g.lda, 1));
+  for (i64 b = 0; b < g.batch; ++b) {
+    float* c = g.c + b * g.stride_c;
+    // beta == 0 must not read C (it may hold NaNs); not every BLAS's gemv promises that.
+    if (g.beta == 0.0f) std::memset(c, 0, static_cast<std::size_t>(g.n) * sizeof(float));
+    cblas_sgemv(CblasRowMajor, tb ? CblasNoTrans : CblasTrans, static_cast<int>(rows), static_cast<int>(cols),
+                g.alpha, g.b + b * g.stride_b, ldb, g.a + b * g.stride_a, incx, g.beta, c, 1);
+  }
+}
+
 }  // namespace
 
 void sgemm_openblas(const GemmArgs<float>& args) {
   GemmArgs<float> g = args;
   g.bias = nullptr;
   g.act = Activation::None;
+  if (g.m == 1 && g.n > 0 && g.k > 0 && g.batch > 0) {
+    sgemv_openblas(g);
+    if (args.has_epilogue()) sgemm_epilogue_pass(args);
+    return;
+  }
   blas_gemm(g, [](CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
                   const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc) {
     cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -173,6 +197,16 @@ void dgemm_openblas(const GemmArgs<double>& g) {
 // ---- wedge -----------------------------------------------------------------------------------
 
 void sgemm_wedge(const GemmArgs<float>& args, int threads) {
+  // A few rows (token-by-token generation): the matrix-vector kernels, which read B once, in
+  // place, and give the packed GEMM's bits (gemv.h). In fp32 only: a BF16 GEMM that a bf16
+  // micro-kernel runs stays on the packed path.
+  const bool bf16_kernel = args.precision == Precision::BF16 && bf16_path() != Bf16Path::Fp32;
+  if (!bf16_kernel && cpu::gemv_suits(args)) {
+    if (const cpu::SgemvKernel* gemv = cpu::best_sgemv_kernel()) {
+      cpu::sgemv(*gemv, args, threads);
+      return;
+    }
+  }
   if (args.precision == Precision::BF16) {
     const Bf16Path path = bf16_path();
     if (path != Bf16Path::Fp32) {
