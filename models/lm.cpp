@@ -52,6 +52,11 @@ void LMConfig::validate() const {
   at_most("--d-ff", d_ff, kMaxWidth);
   if (block < 1) bad(fmt::format("--block {} must be at least 1", block));
   at_most("--block", block, kMaxLength);
+  if (positions != "learned" && positions != "none")
+    bad(fmt::format("--positions '{}' is unknown (learned | none)", positions));
+  if (positions == "none" && model == "transformer")
+    bad("--positions none exists only for --model grassmann and sheaf, whose stream state is constant "
+        "(TransformerLM keeps the learned table; its stream slides a window past --block)");
   if (!(dropout >= 0.0 && dropout < 1.0))
     bad(fmt::format("--dropout {} must lie in [0, 1)", dropout));
   // Stored in every run's config.json whatever the model, so finite for every model (JSON
@@ -119,6 +124,7 @@ void to_json(nlohmann::json& j, const LMConfig& c) {
                      {"d_ff", c.d_ff},
                      {"heads", c.heads},
                      {"block", c.block},
+                     {"positions", c.positions},
                      {"dropout", c.dropout},
                      {"rank", c.rank},
                      {"windows", c.windows},
@@ -147,6 +153,7 @@ void from_json(const nlohmann::json& j, LMConfig& c) {
   c.d_ff = json_field(j, "d_ff", d.d_ff);
   c.heads = json_field(j, "heads", d.heads);
   c.block = json_field(j, "block", d.block);
+  c.positions = json_field(j, "positions", d.positions);
   c.dropout = json_field(j, "dropout", d.dropout);
   c.rank = json_field(j, "rank", d.rank);
   c.windows = json_field(j, "windows", d.windows);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,7 +33,12 @@ struct LMConfig {
   std::int64_t d_model = 256;
   std::int64_t d_ff = 1024;
   std::int64_t heads = 4;
-  std::int64_t block = 128;  // maximum context (rows of the position table)
+  std::int64_t block = 128;  // longest sequence forward() takes (rows of the position table)
+  // How the input knows where a token stands: "learned" adds a row of a (block, d) table
+  // (the papers' choice, and every stream stops at --block); "none" adds nothing, so the
+  // order reaches the model only through its causal mixing (GrassmannLM's offsets,
+  // SheafStateLM's scan and cover), and a stream runs without limit (models/README.md).
+  std::string positions = "learned";
   double dropout = 0.1;
   // GrassmannLM (PAPERS.md §2)
   std::int64_t rank = 32;                          // r
@@ -73,6 +79,7 @@ void from_json(const nlohmann::json& j, LMConfig& c);
 // forward()'s at the same positions (up to float rounding; tests/models/test_stream.cpp).
 class Stream {
  public:
+  static constexpr std::int64_t kUnbounded = std::numeric_limits<std::int64_t>::max();
   virtual ~Stream() = default;
   // ids (B, n) int32, n >= 1: the next n tokens of each of the B sequences -> logits
   // (B, n, V) of those positions, or (B, 1, V) of the last one when last_only. Runs without
@@ -81,7 +88,8 @@ class Stream {
   virtual Tensor feed(const Tensor& ids, bool last_only = false) = 0;
   virtual std::int64_t batch() const = 0;
   virtual std::int64_t position() const = 0;  // tokens fed so far, per sequence
-  virtual std::int64_t capacity() const = 0;  // the most positions it holds (the model's block)
+  // The most positions it holds: the model's block, or kUnbounded (--positions none).
+  virtual std::int64_t capacity() const = 0;
   virtual std::int64_t state_bytes() const = 0;  // the memory kept between calls
 };
 

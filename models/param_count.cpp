@@ -125,7 +125,7 @@ ParameterCount count_parameters(const LMConfig& c) {
   Parts parts;
   // TiedEmbeddingLM: E (also the output head) and P.
   parts.add("token_embedding", embedding({"--vocab-size", c.vocab_size}, d));
-  parts.add("position_embedding", embedding({"--block", c.block}, d));
+  if (c.positions == "learned") parts.add("position_embedding", embedding({"--block", c.block}, d));
   Parts block;
   if (c.model == "transformer") {  // TransformerBlock
     attention(block, d);

@@ -30,19 +30,24 @@ TiedEmbeddingLM::TiedEmbeddingLM(const LMConfig& config)
       token_embedding_(register_module(
           "token_embedding",
           std::make_shared<nn::Embedding>(config.vocab_size, config.d_model, init_gen_))),
-      position_embedding_(register_module(
-          "position_embedding",
-          std::make_shared<nn::Embedding>(config.block, config.d_model, init_gen_))),
+      position_embedding_(config.positions == "none"
+                              ? nullptr
+                              : &register_module("position_embedding", std::make_shared<nn::Embedding>(
+                                                                           config.block, config.d_model, init_gen_))),
       embedding_dropout_(register_module(
           "embedding_dropout", std::make_shared<nn::Dropout>(config.dropout, dropout_gen_))) {}
 
 Tensor TiedEmbeddingLM::embed_tokens(const Tensor& ids) const {
+  if (ids.dim() == 2 && (ids.size(1) < 1 || ids.size(1) > config_.block))
+    fail(fmt::format("{}.forward", config_.model),
+         fmt::format("sequence length {} must lie in [1, --block {}]", ids.size(1), config_.block));
+  return stream_embed(ids);
+}
+
+Tensor TiedEmbeddingLM::stream_embed(const Tensor& ids) const {
   const std::string op = fmt::format("{}.forward", config_.model);
   if (ids.dim() != 2) fail(op, "ids must be (batch, length), got " + shape_str(ids.shape()));
   if (ids.dtype() != DType::I32) fail(op, "ids must be int32, got " + ids.str());
-  if (ids.size(1) < 1 || ids.size(1) > config_.block)
-    fail(op, fmt::format("sequence length {} must lie in [1, --block {}]", ids.size(1),
-                         config_.block));
   return token_embedding_.forward(ids);
 }
 
@@ -55,14 +60,18 @@ Tensor TiedEmbeddingLM::forward_embedded(const Tensor& h0) {
   if (L < 1 || L > config_.block)
     fail(op, fmt::format("sequence length {} must lie in [1, --block {}]", L, config_.block));
   // h_t = E[x_t] + P[t]
-  const Tensor positions = ops::narrow(position_embedding_.weight, 0, 0, L);
-  Tensor h = embedding_dropout_.forward(h0 + positions);
+  Tensor h = embedding_dropout_.forward(with_positions(h0, 0));
   h = run_blocks(h);
   // Tied head, no final LayerNorm: logits_t = E h_t.
   return ops::linear(h, token_embedding_.weight);
 }
 
 Tensor TiedEmbeddingLM::forward(const Tensor& ids) { return forward_embedded(embed_tokens(ids)); }
+
+Tensor TiedEmbeddingLM::with_positions(const Tensor& h, std::int64_t first) const {
+  if (position_embedding_ == nullptr) return h;
+  return h + ops::narrow(position_embedding_->weight, 0, first, h.size(1));
+}
 
 // ---- streams -------------------------------------------------------------------------------
 
@@ -78,7 +87,7 @@ class TiedStream final : public Stream {
     if (ids_in.dim() != 2 || ids_in.size(0) != batch_ || ids_in.size(1) < 1)
       fail(op, fmt::format("ids must be (batch {}, n >= 1), got {}", batch_, shape_str(ids_in.shape())));
     const std::int64_t n = ids_in.size(1);
-    if (position_ + n > c.block)
+    if (n > capacity() - position_)
       fail(op, fmt::format("{} more tokens at position {} pass the model's context (--block {}); the "
                            "learned position table has no row beyond it",
                            n, position_, c.block));
@@ -86,7 +95,7 @@ class TiedStream final : public Stream {
     const Tensor& table = model_.token_embedding_.weight;
     const Tensor ids = ids_in.to(table.device());
     // h_t = E[x_t] + P[t] for the new positions only (embedding dropout is off in eval).
-    Tensor h = model_.embed_tokens(ids) + ops::narrow(model_.position_embedding_.weight, 0, position_, n);
+    Tensor h = model_.with_positions(model_.stream_embed(ids), position_);
     h = model_.run_blocks_stream(h, position_, *state_);
     position_ += n;
     if (last_only && n > 1) h = ops::narrow(h, 1, n - 1, 1);
@@ -94,7 +103,9 @@ class TiedStream final : public Stream {
   }
   std::int64_t batch() const override { return batch_; }
   std::int64_t position() const override { return position_; }
-  std::int64_t capacity() const override { return model_.config_.block; }
+  std::int64_t capacity() const override {
+    return model_.position_embedding_ == nullptr ? kUnbounded : model_.config_.block;
+  }
   std::int64_t state_bytes() const override { return state_->bytes(); }
 
  private:

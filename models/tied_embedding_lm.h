@@ -1,5 +1,5 @@
-// What TransformerLM and GrassmannLM share: the input is a token embedding plus a learned
-// position embedding, the output head is the token table itself (tied), and in between
+// What TransformerLM, GrassmannLM and SheafStateLM share: the input is a token embedding
+// plus a learned position embedding (or none: LMConfig::positions), the output head is the token table itself (tied), and in between
 // sits a stack of post-LN blocks that each model defines. Also the feed-forward
 // sub-layer, which both models use unchanged (PAPERS.md §1, §2 step 6).
 //
@@ -89,8 +89,13 @@ class TiedEmbeddingLM : public LanguageModel {
   Generator dropout_gen_;  // dropout masks (nn::Dropout keeps a pointer to it)
 
  private:
+  // E[x] of any length (a stream's chunk may pass --block when there is no position table).
+  Tensor stream_embed(const Tensor& ids) const;
+  // h + P[first, first + L) (h unchanged with --positions none).
+  Tensor with_positions(const Tensor& h, std::int64_t first) const;
+
   nn::Embedding& token_embedding_;     // E (V, d), also the output head
-  nn::Embedding& position_embedding_;  // P (block, d)
+  nn::Embedding* position_embedding_;  // P (block, d); null with --positions none
   nn::Dropout& embedding_dropout_;
 
   friend class TiedStream;

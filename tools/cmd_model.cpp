@@ -192,7 +192,7 @@ void register_model_commands(CLI::App& app) {
     add_model_flags(*cmd, *flags);
     cmd->add_flag("--leaky", flags->values.leaky,
                   "TEST ONLY: build the Grassmann variant that pairs with t+Δ (must be caught)");
-    cmd->add_option("--positions", audit->positions,
+    cmd->add_option("--probe", audit->positions,
                     "positions t to probe (default: 0, L/2, L-2 and around the largest offset)")
         ->delimiter(',');
     cmd->add_option("--length", audit->length, "sequence length L to audit (default: --block)");

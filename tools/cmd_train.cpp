@@ -269,6 +269,42 @@ void eval_nli_run(const std::string& run_dir, const std::string& which, const st
   }
 }
 
+// `wedge eval --stream`: the split through the model's stream (evaluate_stream), in chunks
+// of the model's block; progress on stderr every tenth of the split.
+void eval_stream(models::LanguageModel& model, const std::string& corpus, const std::string& split,
+                 const std::vector<std::int32_t>& tokens, std::int64_t context, std::int64_t block, bool json) {
+  const auto total = static_cast<std::int64_t>(tokens.size());
+  std::int64_t next_report = total / 10;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto progress = [&](std::int64_t done, std::int64_t) {
+    if (done < next_report || done == total) return;
+    next_report += total / 10;
+    fmt::print(stderr, "streamed {} of {} tokens ({:.0f} s)\n", done, total,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  };
+  const StreamEvalResult r = evaluate_stream(model, tokens, context, block, progress);
+  const std::int64_t capacity = model.open_stream(1)->capacity();
+  const bool unbounded = capacity == models::Stream::kUnbounded;
+  if (json) {
+    nlohmann::json j{{"split", split},         {"stream", true},      {"context", context},
+                     {"ppl", r.ppl},           {"nll", r.nll},        {"tokens", r.tokens},
+                     {"pieces", r.pieces},     {"slides", r.slides},  {"state_bytes", r.state_bytes},
+                     {"seconds", r.seconds},   {"precision", precision_name(matmul_precision())}};
+    j["stream_capacity"] = unbounded ? nlohmann::json(nullptr) : nlohmann::json(capacity);
+    fmt::print("{}\n", j.dump());
+    return;
+  }
+  fmt::print("{} {} perplexity {:.3f} (mean NLL {:.4f} over {} predicted tokens) read as {}, {:.1f}s\n", corpus, split,
+             r.ppl, r.nll, r.tokens,
+             context == 0 ? std::string("one stream") : fmt::format("{} streams of {} tokens", r.pieces, context),
+             r.seconds);
+  fmt::print("stream state at most {:.1f} KiB; {}\n", static_cast<double>(r.state_bytes) / 1024.0,
+             unbounded ? std::string("no position table, so no limit on the context")
+                       : fmt::format("the position table holds {} tokens: the stream slid {} times (each re-reading "
+                                     "the latest {})",
+                                     capacity, r.slides, std::max<std::int64_t>(1, capacity / 2)));
+}
+
 void register_eval(CLI::App& app) {
   auto* cmd = app.add_subcommand("eval", "Perplexity of a trained run over a whole split");
   auto run_dir = std::make_shared<std::string>();
@@ -290,7 +326,18 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--data-dir", spec->data_dir, "Dataset directory (default: the one the run was trained on)");
   cmd->add_option("--batch", *batch, "Sequences per forward pass")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   cmd->add_flag("--json", *json, "Print one JSON object");
+  auto stream = std::make_shared<bool>(false);
+  auto context = std::make_shared<std::int64_t>(0);
+  cmd->add_flag("--stream", *stream,
+                "Score the split through the model's stream, token after token with the state kept (generate's "
+                "path): as one stream, or in pieces of --context tokens. A model with a learned position table "
+                "slides past --block (re-reading the latest half); with --positions none it reads without limit");
+  cmd->add_option("--context", *context, "--stream: tokens per stream, each from an empty state (0: the whole split)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40))
+      ->capture_default_str();
   cmd->callback([=] {
+    if (cmd->count("--context") > 0 && !*stream) throw CLI::ValidationError("--context", "applies to --stream only");
+    if (is_nli_run(*run_dir) && *stream) throw CLI::ValidationError("--stream", "is for language-model runs only");
     if (is_nli_run(*run_dir))
       return eval_nli_run(*run_dir, *which, *split, spec->data_dir, *batch, *json, *device, *precision);
     LoadedRun run = load_run(*run_dir, *which, Device::parse(*device));
@@ -301,6 +348,7 @@ void register_eval(CLI::App& app) {
     s.load_train = *split == "train";
     Corpus corpus = load_corpus(s);
     const std::int64_t block = json_field(run.settings, "block", run.config.block);
+    if (*stream) return eval_stream(*run.model, corpus.name, *split, corpus.split(*split), *context, run.config.block, *json);
     const auto t0 = std::chrono::steady_clock::now();
     EvalResult ev = evaluate(*run.model, corpus.split(*split), block, *batch, corpus.probes(*split));
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

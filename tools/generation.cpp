@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "data/wikitext.h"
 #include "engine/autograd.h"
 #include "engine/rng.h"
 #include "ops/ops.h"
@@ -31,6 +32,20 @@ Tensor latest(const std::vector<std::vector<std::int32_t>>& tokens, std::int64_t
   std::vector<std::int32_t> ids;
   for (const auto& t : tokens) ids.insert(ids.end(), t.end() - n, t.end());
   return Tensor::from_vector(ids, {static_cast<std::int64_t>(tokens.size()), n});
+}
+
+// Feeds ids (B, n) to `stream` in chunks of at most `chunk` tokens: the logits of every
+// position (B, n, V), or of the last one (B, 1, V) when last_only.
+Tensor feed_in_chunks(models::Stream& stream, const Tensor& ids, std::int64_t chunk, bool last_only) {
+  const std::int64_t n = ids.size(1);
+  std::vector<Tensor> parts;
+  for (std::int64_t a = 0; a < n; a += chunk) {
+    const std::int64_t m = std::min(chunk, n - a);
+    const bool last = a + m == n;
+    Tensor logits = stream.feed(ops::narrow(ids, 1, a, m), last_only);
+    if (!last_only || last) parts.push_back(std::move(logits));
+  }
+  return parts.size() == 1 ? parts.front() : ops::cat(parts, 1);
 }
 
 }  // namespace
@@ -95,12 +110,13 @@ std::vector<std::vector<std::int32_t>> generate(models::LanguageModel& model, co
   GenerationStats stats;
   stats.samples = samples;
   stats.prompt_tokens = static_cast<std::int64_t>(prompt.size());
-  stats.context_tokens = std::min(block, stats.prompt_tokens);
-  std::unique_ptr<models::Stream> stream;
+  std::unique_ptr<models::Stream> stream = model.open_stream(samples);
+  const std::int64_t capacity = stream->capacity();
+  stats.context_tokens = std::min(capacity, stats.prompt_tokens);
   // A fresh stream over the latest n tokens of every sample: the next token's logits.
   auto read = [&](std::int64_t n) {
     stream = model.open_stream(samples);
-    const Tensor logits = stream->feed(latest(tokens, n).to(device), true);
+    const Tensor logits = feed_in_chunks(*stream, latest(tokens, n).to(device), block, true);
     stats.state_bytes = std::max(stats.state_bytes, stream->state_bytes());
     return logits;
   };
@@ -119,9 +135,9 @@ std::vector<std::vector<std::int32_t>> generate(models::LanguageModel& model, co
       if (on_token) on_token(i, next[static_cast<std::size_t>(i)]);
     }
     if (step + 1 == max_new) break;
-    if (stream->position() == block) {
+    if (stream->position() == capacity) {
       // The learned position table ends here: re-read the latest half of the context.
-      host = to_host(read(std::max<std::int64_t>(1, block / 2)));
+      host = to_host(read(std::max<std::int64_t>(1, capacity / 2)));
       ++stats.refills;
     } else {
       host = to_host(stream->feed(Tensor::from_vector(next, {samples, 1}).to(device), true));
@@ -142,6 +158,65 @@ std::vector<std::int32_t> generate_tokens(models::LanguageModel& model, std::vec
   o.top_k = top_k;
   o.seed = seed;
   return generate(model, prompt, max_new, 1, o).front();
+}
+
+StreamEvalResult evaluate_stream(models::LanguageModel& model, const std::vector<std::int32_t>& tokens,
+                                 std::int64_t context, std::int64_t chunk,
+                                 const std::function<void(std::int64_t, std::int64_t)>& progress) {
+  const auto total = static_cast<std::int64_t>(tokens.size());
+  if (context < 0 || context == 1)
+    throw std::invalid_argument(fmt::format("stream evaluation: --context {} must be 0 (the whole split) or at least 2",
+                                            context));
+  if (chunk < 1) throw std::invalid_argument(fmt::format("stream evaluation: chunks of {} tokens", chunk));
+  if (total < 2)
+    throw std::runtime_error(fmt::format("stream evaluation: the split holds {} tokens; at least 2 are needed to predict one",
+                                         total));
+  NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  const Device device = model_device(model);
+  const std::int64_t piece = context == 0 ? total : context;
+  StreamEvalResult r;
+  double nll_sum = 0;
+  const auto t0 = Clock::now();
+  for (std::int64_t begin = 0; begin + 1 < total; begin += piece) {
+    const std::int64_t end = std::min(total, begin + piece);
+    std::unique_ptr<models::Stream> stream = model.open_stream(1);
+    ++r.pieces;
+    for (std::int64_t at = begin; at < end;) {
+      if (stream->position() == stream->capacity()) {
+        // Full: a fresh stream re-reads the latest half (its last logits predict tokens[at],
+        // already scored).
+        const std::int64_t keep = std::max<std::int64_t>(1, stream->capacity() / 2);
+        stream = model.open_stream(1);
+        const std::vector<std::int32_t> recent(tokens.begin() + (at - keep), tokens.begin() + at);
+        feed_in_chunks(*stream, Tensor::from_vector(recent, {1, keep}).to(device), chunk, true);
+        ++r.slides;
+      }
+      const std::int64_t n = std::min({chunk, end - at, stream->capacity() - stream->position()});
+      const std::vector<std::int32_t> ids(tokens.begin() + at, tokens.begin() + at + n);
+      // Row j predicts tokens[at + j + 1]; the piece's last token predicts nothing here.
+      std::vector<std::int32_t> targets(tokens.begin() + at + 1, tokens.begin() + std::min(end, at + n + 1));
+      targets.resize(static_cast<std::size_t>(n), data::kIgnoreTarget);
+      const auto predicted = static_cast<std::int64_t>(std::count_if(
+          targets.begin(), targets.end(), [](std::int32_t t) { return t != data::kIgnoreTarget; }));
+      const Tensor logits = stream->feed(Tensor::from_vector(ids, {1, n}).to(device));
+      if (predicted > 0) {
+        const Tensor loss = ops::cross_entropy(ops::reshape(logits, {n, -1}),
+                                               Tensor::from_vector(targets, {n}).to(device), data::kIgnoreTarget);
+        nll_sum += loss.item() * static_cast<double>(predicted);
+        r.tokens += predicted;
+      }
+      r.state_bytes = std::max(r.state_bytes, stream->state_bytes());
+      at += n;
+      if (progress) progress(at, total);
+    }
+  }
+  model.train(was_training);
+  r.seconds = seconds_since(t0);
+  r.nll = nll_sum / static_cast<double>(r.tokens);
+  r.ppl = std::exp(r.nll);
+  return r;
 }
 
 double stream_mismatch(models::LanguageModel& model, const std::vector<std::int32_t>& tokens, std::int64_t prefill) {

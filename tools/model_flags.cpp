@@ -62,7 +62,12 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
   app.add_option("--d-model", v.d_model, "model width d")->capture_default_str();
   app.add_option("--d-ff", v.d_ff, "feed-forward width")->capture_default_str();
   app.add_option("--heads", v.heads, "attention heads (transformer)")->capture_default_str();
-  app.add_option("--block", v.block, "context length: rows of the position table")
+  app.add_option("--block", v.block, "context length: the longest sequence a forward pass takes (rows of the position table)")
+      ->capture_default_str();
+  app.add_option("--positions", v.positions,
+                 "learned: a table of --block position rows added to the input (the papers'); none: no table, "
+                 "grassmann and sheaf only, whose streams (generate, eval --stream) then run past --block without limit")
+      ->check(CLI::IsMember({"learned", "none"}))
       ->capture_default_str();
   app.add_option("--dropout", v.dropout, "dropout probability")->capture_default_str();
   auto* vocab = app.add_option("--vocab", f.vocab_file,
@@ -120,7 +125,7 @@ void add_nli_flags(CLI::App* cmd, NliFlags& f) {
 }
 
 void check_task_flags(const CLI::App* cmd, const std::string& task) {
-  static const char* lm_only[] = {"--model", "--block", "--rank", "--windows", "--window-schedule", "--no-mix-out-proj",
+  static const char* lm_only[] = {"--model", "--block", "--positions", "--rank", "--windows", "--window-schedule", "--no-mix-out-proj",
                                   "--expert-d-ff", "--energy-weight", "--balance-weight", "--leaky", "--max-steps",
                                   "--eval-every", "--stop-after", "--resume", "--train", "--valid", "--test"};
   static const char* nli_only[] = {"--head", "--hypothesis-only", "--max-length", "--d-proj", "--mixing-heads",

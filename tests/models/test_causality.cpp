@@ -113,6 +113,11 @@ TEST_CASE("GrassmannLM passes the causality audit in every kind of configuration
     LMConfig c = small("grassmann");
     cases.push_back({"shorter sequence than the block", c, 9});
   }
+  {
+    LMConfig c = small("grassmann");
+    c.positions = "none";
+    cases.push_back({"no position table", c, 24});
+  }
   for (const Case& k : cases) {
     CAPTURE(k.name);
     const auto r = audit(k.config, k.L);
@@ -172,6 +177,12 @@ TEST_CASE("the leaky Grassmann variant (pairs with t + delta) is caught, with it
     c.leaky = true;
     CHECK_FALSE(audit(c, 24).passed);
   }
+  SUBCASE("no position table") {
+    LMConfig c = small("grassmann");
+    c.positions = "none";
+    c.leaky = true;
+    CHECK_FALSE(audit(c, 24).passed);
+  }
 }
 
 LMConfig small_sheaf() {
@@ -194,16 +205,20 @@ TEST_CASE("SheafStateLM passes the causality audit in every shape of patch and c
                        Case{"P = 1: every token its own patch", 1, 4, 13}, Case{"P > L: one patch", 32, 2, 17},
                        Case{"cover depth 1 (the previous patch only)", 3, 1, 20},
                        Case{"cover depth 6, deeper than the sequence", 2, 6, 24}}) {
-    CAPTURE(k.name);
-    LMConfig c = small_sheaf();
-    c.patch = k.patch;
-    c.cover_depth = k.depth;
-    // Every position, so each patch boundary is probed on both sides.
-    std::vector<std::int64_t> all;
-    for (std::int64_t t = 0; t <= k.L - 2; ++t) all.push_back(t);
-    const auto r = audit(c, k.L, all);
-    CHECK_MESSAGE(r.passed, r.summary());
-    CHECK(r.gradients_checked > 0);
+    for (const char* positions : {"learned", "none"}) {
+      CAPTURE(k.name);
+      CAPTURE(positions);
+      LMConfig c = small_sheaf();
+      c.patch = k.patch;
+      c.cover_depth = k.depth;
+      c.positions = positions;
+      // Every position, so each patch boundary is probed on both sides.
+      std::vector<std::int64_t> all;
+      for (std::int64_t t = 0; t <= k.L - 2; ++t) all.push_back(t);
+      const auto r = audit(c, k.L, all);
+      CHECK_MESSAGE(r.passed, r.summary());
+      CHECK(r.gradients_checked > 0);
+    }
   }
 }
 
@@ -219,6 +234,10 @@ TEST_CASE("the leaky SheafState variant (c_p sees its own patch) is caught insid
   CHECK(within_patch);
   SUBCASE("one layer") {
     c.layers = 1;
+    CHECK_FALSE(audit(c, 24).passed);
+  }
+  SUBCASE("no position table") {
+    c.positions = "none";
     CHECK_FALSE(audit(c, 24).passed);
   }
 }

@@ -79,7 +79,7 @@ TEST_CASE("wedge audit-causal: passes the real models, fails the leaky one") {
   CHECK_MESSAGE(t.exit_code() == 0, t.text());
   const Run g = wedge_cli("audit-causal --model grassmann " + small);
   CHECK_MESSAGE(g.exit_code() == 0, g.text());
-  const Run leak = wedge_cli("audit-causal --model grassmann --leaky --positions 0,5 " + small);
+  const Run leak = wedge_cli("audit-causal --model grassmann --leaky --probe 0,5 " + small);
   CHECK(leak.exit_code() == 1);
   CHECK(leak.out.find("NOT causal") != std::string::npos);
   CHECK(leak.out.find("t=0") != std::string::npos);

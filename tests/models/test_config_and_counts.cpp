@@ -7,6 +7,7 @@
 #include <string>
 
 #include "models/lm.h"
+#include "models/param_count.h"
 
 using namespace wedge;
 using models::LMConfig;
@@ -44,7 +45,7 @@ std::int64_t expected_count(const LMConfig& c) {
     const std::int64_t P = c.rank * (c.rank - 1) / 2;
     mixer = (d * c.rank + c.rank) + (P * d + d) + (2 * d * d + d) + (c.mix_out_proj ? linear_dd : 0);
   }
-  return c.vocab_size * d + c.block * d + c.layers * (mixer + 4 * d + ffn);
+  return c.vocab_size * d + (c.positions == "learned" ? c.block * d : 0) + c.layers * (mixer + 4 * d + ffn);
 }
 
 }  // namespace
@@ -122,6 +123,11 @@ TEST_CASE("LMConfig JSON round trip, and missing keys keep their defaults") {
   CHECK(partial.layers == 2);
   CHECK(partial.d_model == 256);
   CHECK(partial.windows == std::vector<std::int32_t>{1, 2, 4, 8, 12, 16});
+  CHECK(partial.positions == "learned");  // a config written before --positions existed
+
+  LMConfig none = paper("grassmann", 12);
+  none.positions = "none";
+  CHECK(nlohmann::json(none).get<LMConfig>().positions == "none");
 }
 
 TEST_CASE("parameter counts of the four paper configurations (PAPERS.md)") {
@@ -198,6 +204,11 @@ TEST_CASE("parameter counts of small configurations follow the same formula") {
         c.mix_out_proj = out_proj;
         CAPTURE(nlohmann::json(c).dump());
         CHECK(models::make_model(c)->num_parameters() == expected_count(c));
+        if (c.model == "grassmann") {
+          c.positions = "none";
+          CHECK(models::make_model(c)->num_parameters() == expected_count(c));
+          CHECK(models::detail::count_parameters(c).total == expected_count(c));
+        }
       }
 }
 
@@ -216,7 +227,8 @@ std::int64_t sheaf_count(const LMConfig& c) {
                              + ds * E + ds * N            // state maps
                              + E * d;                     // W_out
   const std::int64_t block = mixer + 4 * d + ds * K + K + K * (d * f + f + f * d + d);
-  return c.vocab_size * d + c.block * d + c.layers * block + 2 * d;  // + the final LayerNorm
+  const std::int64_t positions = c.positions == "learned" ? c.block * d : 0;
+  return c.vocab_size * d + positions + c.layers * block + 2 * d;  // + the final LayerNorm
 }
 
 TEST_CASE("SheafStateLM's parameter count: part by part, and within 10 % of TransformerLM's") {
@@ -235,4 +247,7 @@ TEST_CASE("SheafStateLM's parameter count: part by part, and within 10 % of Tran
   c.cover_depth = 2;
   c.expert_d_ff = 7;
   CHECK(models::make_model(c)->num_parameters() == sheaf_count(c));
+  c.positions = "none";  // no position table
+  CHECK(models::make_model(c)->num_parameters() == sheaf_count(c));
+  CHECK(sheaf_count(c) == models::detail::count_parameters(c).total);
 }

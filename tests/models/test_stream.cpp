@@ -205,6 +205,61 @@ TEST_CASE("a stream keeps constant state for GrassmannLM and SheafStateLM, and r
   CHECK(stream->state_bytes() == c.layers * 2 * c.block * c.d_model * 4);
 }
 
+TEST_CASE("--positions none: a stream runs past --block and equals the forward of a model with a longer block") {
+  // Without a position table the parameters do not depend on --block: a model with block
+  // 12 and one with block 90 from the same seed are the same function, so the first's
+  // stream over 90 tokens must give the second's forward, however it is cut.
+  for (const char* name : {"grassmann", "sheaf"}) {
+    CAPTURE(name);
+    LMConfig c = small(name);
+    c.positions = "none";
+    c.block = 12;
+    LMConfig longer = c;
+    longer.block = 90;
+    auto model = models::make_model(c);
+    auto reference = models::make_model(longer);
+    REQUIRE(model->parameters().size() == reference->parameters().size());
+    const std::int64_t B = 2, L = 90;
+    const std::vector<std::int32_t> ids = random_ids(B, L, c.vocab_size, 11);
+    NoGradGuard no_grad;
+    model->eval();
+    reference->eval();
+    const std::vector<double> full = reference->forward(Tensor::from_vector(ids, {B, L})).to(DType::F64).to_vector<double>();
+    for (const auto& chunks : {std::vector<std::int64_t>{L}, std::vector<std::int64_t>{5, 30, 1, 54},
+                               std::vector<std::int64_t>(static_cast<std::size_t>(L), 1)}) {
+      auto stream = model->open_stream(B);
+      CHECK(stream->capacity() == models::Stream::kUnbounded);
+      std::vector<Tensor> parts;
+      std::int64_t at = 0;
+      std::int64_t state = -1;
+      for (const std::int64_t n : chunks) {
+        parts.push_back(stream->feed(columns(ids, B, L, at, n)));
+        at += n;
+        if (at >= 32) {  // past the farthest offset and two covers of patches: constant from here
+          if (state < 0) state = stream->state_bytes();
+          CHECK(stream->state_bytes() == state);
+        }
+      }
+      const std::vector<double> streamed = ops::cat(parts, 1).to(DType::F64).to_vector<double>();
+      REQUIRE(streamed.size() == full.size());
+      double largest = 0, diff = 0;
+      for (std::size_t i = 0; i < full.size(); ++i) {
+        largest = std::max(largest, std::abs(full[i]));
+        diff = std::max(diff, std::abs(full[i] - streamed[i]));
+      }
+      CHECK(diff <= kTolerance * largest);
+    }
+    // The forward itself still takes at most --block tokens.
+    CHECK_THROWS_WITH_AS(model->forward(Tensor::from_vector(ids, {B, L})), doctest::Contains("--block 12"),
+                         std::invalid_argument);
+  }
+  LMConfig t = small("transformer");
+  t.positions = "none";
+  CHECK_THROWS_WITH_AS(models::make_model(t), doctest::Contains("--positions none"), std::invalid_argument);
+  t.positions = "rotary";
+  CHECK_THROWS_WITH_AS(models::make_model(t), doctest::Contains("--positions 'rotary'"), std::invalid_argument);
+}
+
 TEST_CASE("CUDA: streams equal the full forward on the GPU for every model") {
   if (!has_allocator(DeviceKind::CUDA)) {
     MESSAGE("no CUDA device: the GPU stream checks skipped");

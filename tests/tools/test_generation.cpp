@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/autograd.h"
@@ -62,6 +63,38 @@ std::vector<std::int32_t> reference_generation(models::LanguageModel& model, std
       start = static_cast<std::int64_t>(tokens.size()) - std::max<std::int64_t>(1, block / 2);
   }
   return tokens;
+}
+
+// Stream evaluation done by hand: for every token of each piece of `context` tokens (0:
+// one piece) but the first, the whole forward of `reference` over its context — the
+// piece's tokens before it since the window last moved, where a window of `capacity`
+// tokens moves to the latest capacity / 2 when it would overflow — and the mean of
+// -log p(token). Returns (mean NLL, predicted tokens).
+std::pair<double, std::int64_t> reference_stream_nll(models::LanguageModel& reference, const std::vector<std::int32_t>& tokens,
+                                                     std::int64_t context, std::int64_t capacity) {
+  NoGradGuard no_grad;
+  reference.eval();
+  const auto total = static_cast<std::int64_t>(tokens.size());
+  const std::int64_t piece = context == 0 ? total : context, V = reference.config().vocab_size;
+  double sum = 0;
+  std::int64_t count = 0;
+  for (std::int64_t begin = 0; begin < total; begin += piece) {
+    const std::int64_t end = std::min(total, begin + piece);
+    std::int64_t start = begin;
+    for (std::int64_t t = begin; t + 1 < end; ++t) {
+      if (t - start + 1 > capacity) start = t - capacity / 2;
+      const std::vector<std::int32_t> ctx(tokens.begin() + start, tokens.begin() + t + 1);
+      const std::vector<double> all =
+          reference.forward(Tensor::from_vector(ctx, {1, t + 1 - start})).to(DType::F64).to_vector<double>();
+      const std::vector<double> last(all.end() - V, all.end());
+      const double top = *std::max_element(last.begin(), last.end());
+      double z = 0;
+      for (double v : last) z += std::exp(v - top);
+      sum += top + std::log(z) - last[static_cast<std::size_t>(tokens[static_cast<std::size_t>(t + 1)])];
+      ++count;
+    }
+  }
+  return {sum / static_cast<double>(count), count};
 }
 
 }  // namespace
@@ -152,4 +185,65 @@ TEST_CASE("stream_mismatch is float rounding for every model and every prefill")
     for (std::int64_t prefill : {1, 4, 11}) CHECK(stream_mismatch(*model, tokens, prefill) < 1e-5);
     CHECK_THROWS_AS(stream_mismatch(*model, std::vector<std::int32_t>(13, 1), 1), std::invalid_argument);
   }
+}
+
+TEST_CASE("--positions none: generation reads the whole prompt and never slides") {
+  for (const char* name : {"grassmann", "sheaf"}) {
+    CAPTURE(name);
+    models::LMConfig c = tiny(name);
+    c.positions = "none";
+    models::LMConfig longer = c;
+    longer.block = 64;  // the same parameters (no position table): the plain loop's model
+    auto model = models::make_model(c);
+    auto reference = models::make_model(longer);
+    SamplingOptions o;
+    o.seed = 9;
+    o.top_k = 5;
+    const std::vector<std::int32_t> prompt(20, 6);  // longer than the block of 12
+    GenerationStats stats;
+    const auto streamed = generate(*model, prompt, 30, 1, o, {}, &stats).front();
+    CHECK(stats.context_tokens == 20);
+    CHECK(stats.refills == 0);
+    CHECK(streamed == reference_generation(*reference, prompt, 30, o));
+  }
+}
+
+TEST_CASE("evaluate_stream equals the whole forward over each token's context: pieces, one stream, windows that slide") {
+  const std::vector<std::int32_t> tokens = [] {
+    Generator g(21);
+    std::vector<std::int32_t> t(50);
+    for (auto& id : t) id = static_cast<std::int32_t>(g.uniform() * 31.0) % 31;
+    return t;
+  }();
+  for (const char* name : {"transformer", "grassmann", "sheaf"}) {
+    for (const char* positions : {"learned", "none"}) {
+      if (std::string(name) == "transformer" && std::string(positions) == "none") continue;
+      CAPTURE(name);
+      CAPTURE(positions);
+      models::LMConfig c = tiny(name);
+      c.positions = positions;
+      models::LMConfig longer = c;
+      longer.block = 64;
+      auto model = models::make_model(c);
+      const bool learned = std::string(positions) == "learned";
+      auto reference = learned ? nullptr : models::make_model(longer);
+      const std::int64_t capacity = learned ? 12 : 1000;
+      for (std::int64_t context : {0, 20, 7}) {
+        for (std::int64_t chunk : {1, 5, 12}) {
+          CAPTURE(context);
+          CAPTURE(chunk);
+          const StreamEvalResult r = evaluate_stream(*model, tokens, context, chunk);
+          const auto [nll, count] = reference_stream_nll(learned ? *model : *reference, tokens, context, capacity);
+          CHECK(r.tokens == count);
+          CHECK(r.nll == doctest::Approx(nll).epsilon(1e-5));
+          CHECK(r.ppl == doctest::Approx(std::exp(nll)).epsilon(1e-5));
+          CHECK((r.slides > 0) == (learned && context != 7));  // pieces of 7 fit in a block of 12
+          CHECK(r.state_bytes > 0);
+        }
+      }
+    }
+  }
+  auto model = models::make_model(tiny("grassmann"));
+  CHECK_THROWS_AS(evaluate_stream(*model, tokens, 1, 4), std::invalid_argument);
+  CHECK_THROWS_AS(evaluate_stream(*model, {3}, 0, 4), std::runtime_error);
 }
