@@ -115,7 +115,8 @@ void run_generate(const GenerateArgs& a, bool prompt_given) {
   const std::vector<std::int32_t> prompt = corpus.encode(read_prompt(a, prompt_given));
   if (prompt.empty()) throw std::runtime_error("the prompt encodes to no tokens; give some text");
   const std::int64_t block = run.config.block;
-  if (static_cast<std::int64_t>(prompt.size()) > block && !a.json)
+  const bool bounded = run.config.positions == "learned";
+  if (bounded && static_cast<std::int64_t>(prompt.size()) > block && !a.json)
     fmt::print(stderr, "note: the prompt has {} tokens; the model reads its last {} (--block {})\n", prompt.size(), block, block);
 
   SamplingOptions o;
