@@ -228,10 +228,11 @@ std::int64_t SheafLayerStream::bytes() const {
 
 Tensor SheafMixer::forward_stream(const Tensor& h, std::int64_t position, SheafLayerStream& st,
                                   std::vector<StreamSegment>& segments) const {
+  const ScanInputs in = scan_inputs(h, in_, dt_down_, dt_up_, b_proj_, c_proj_);  // of the new positions only
+  std::vector<Tensor> ys;  // the gated scan output of each piece of the chunk, (B, length, E)
+  // course 22 begin: the streaming step of SheafStateLM: glue a patch's section at its first token, continue the scan from the kept state, summarise the patch after its last (models/stream_walkthrough.md)
   const std::int64_t B = h.size(0), n = h.size(1), E = inner_, N = state_, P = patch_;
   const std::size_t reach = std::size_t{1} << (depth_ - 1);  // the farthest cover distance
-  const ScanInputs in = scan_inputs(h, in_, dt_down_, dt_up_, b_proj_, c_proj_);
-  std::vector<Tensor> ys;
   for (std::int64_t a = 0; a < n;) {
     const std::int64_t t = position + a, offset = t % P, length = std::min(n - a, P - offset);
     if (offset == 0) {
@@ -265,6 +266,7 @@ Tensor SheafMixer::forward_stream(const Tensor& h, std::int64_t position, SheafL
     }
     a += length;
   }
+  // course 22 end
   return out_.forward(ys.size() == 1 ? ys[0] : ops::cat(ys, 1));
 }
 

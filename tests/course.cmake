@@ -27,3 +27,4 @@ wedge_course_exercise(18 test_ops "--test-case=selective_scan equals the recurre
 wedge_course_exercise(19 test_models "--test-case=TransformerLM passes the causality audit,the leaky Grassmann variant*")
 wedge_course_exercise(20 test_data "--test-case=WordPiece takes the longest piece first,a word with no complete cut*,a word over 100*")
 wedge_course_exercise(21 test_tools "--test-case=training on the synthetic corpus lowers the loss*")
+wedge_course_exercise(22 test_models "--test-case=SheafStateLM streams equal the full forward*,a leaky model's stream differs*,a stream keeps constant state*,*a stream runs past --block*")
