@@ -18,9 +18,13 @@ i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
 // Threads split C in whole units of this many columns (a multiple of both vector widths).
 constexpr i64 kUnitColumns = 16;
 
-// Units worth a thread of their own: at least 16 K elements of B (64 KB) per share, a few
-// microseconds of reading, well above what handing work to a pool thread costs.
-i64 grain_units(i64 k) { return std::max<i64>(1, ceil_div(16384, kUnitColumns * std::max<i64>(k, 1))); }
+// Units worth a thread of their own: at least 256 K elements of B (1 MB) per share, tens of
+// microseconds of reading. Handing work to a pool thread costs a few microseconds on an idle
+// machine, but a worker that another process has taken the core from may take a time slice
+// to answer, and a decode step makes a hundred such calls: so a layer's matrices (at most
+// 1 MB in the paper models) run on the calling thread, and only the tied head (31 MB)
+// is shared.
+i64 grain_units(i64 k) { return std::max<i64>(1, ceil_div(262144, kUnitColumns * std::max<i64>(k, 1))); }
 
 thread_local ScratchBuffer t_rows;  // op(A) row-major (trans_a T)
 
