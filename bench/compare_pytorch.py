@@ -20,12 +20,22 @@ with them.
     /usr/bin/python3 bench/compare_pytorch.py --paper --models sheaf   # SheafStateLM (PyTorch peaks 11-22 GB)
     /usr/bin/python3 bench/compare_pytorch.py --nli --models transformer,grassmann,sheaf   # the SNLI classifier
     /usr/bin/python3 bench/compare_pytorch.py --paper --bf16  # also mixed precision, both engines
+    /usr/bin/python3 bench/compare_pytorch.py --generate --models transformer,grassmann,sheaf   # decoding
 
 With --bf16 each model runs four ways in one pass: wedge fp32, wedge --precision bf16, PyTorch
 fp32, and PyTorch under torch.autocast("cpu", dtype=torch.bfloat16) - its own CPU mixed
 precision (oneDNN bf16 GEMMs; fp32 weights and optimizer), PyTorch's best bf16 setting.
+
+With --generate (paper sizes, batch 1 or --batch N, prompts --prompts, --new-tokens steps) the
+script decodes token by token: first it checks that PyTorch's incremental loops (torch_decoder:
+a key/value cache, a ring of the last max(Δ) z, SheafStateLM's recurrent stream) give the full
+forward's logits at every position, then it runs `wedge bench-generate --json` and the PyTorch
+loops model by model and prints ms per decode step (one new token per sequence), the ratio
+PyTorch / wedge, and both prefill rates. --generate --profile prints torch.profiler's table of
+PyTorch's decode steps instead.
 """
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -75,18 +85,20 @@ def reexec_with_env():
     os.execve(sys.executable, [sys.executable] + sys.argv, env)
 
 
-def patch_scan(torch, u, dt, A, B, C, D, h0, P):
+def patch_scan(torch, u, dt, A, B, C, D, h0, P, final=False):
     """The selective scan of every patch of P tokens at once, from the states h0 (batch,
     patches, E, N), or from zeros: h_k = exp(dt_k A) h_{k-1} + dt_k u_k B_k,
     y_k = C_k . h_k + D u_k. The decays exp(dt A) and inputs dt u B of all positions are
     formed in two ops, and then each position is one addcmul and one batched mat-vec (over
     batch, patches, channels and states) — 2 ops a position where writing the recurrence
-    out takes 8, in time and in backward. In fp32 under autocast too, as wedge's scan."""
+    out takes 8, in time and in backward. In fp32 under autocast too, as wedge's scan.
+    final: also every patch's state after its last token, (batch, patches, E, N) (the pad
+    of a partial last patch has dt = 0, so it leaves the state as its last real token did)."""
     F = torch.nn.functional
     with torch.autocast(u.device.type, enabled=False):
         u, B, C = u.to(A.dtype), B.to(A.dtype), C.to(A.dtype)
         Bt, L, E = u.shape
-        nP, N = -(-L // P), A.shape[1]
+        nP = -(-L // P)
         pad = nP * P - L
 
         def patches(x):  # (Bt, L, ...) -> (Bt, nP, P, ...)
@@ -101,7 +113,8 @@ def patch_scan(torch, u, dt, A, B, C, D, h0, P):
             h = b_k if h is None else torch.addcmul(b_k, a_k, h)
             ys.append(h @ c_k[..., None])                            # (Bt, nP, E, 1)
         y = torch.cat(ys, -1).transpose(-1, -2) + D * u4              # (Bt, nP, P, E)
-        return y.reshape(Bt, nP * P, E)[:, :L]
+        y = y.reshape(Bt, nP * P, E)[:, :L]
+        return (y, h) if final else y
 
 
 def patch_scan_reference(torch, u, dt, A, B, C, D, h0, P):
@@ -243,12 +256,18 @@ def plucker_mean(torch, z, offsets, eps=PLUCKER_EPS, pairs=wedge_pairs):
     # (a zero partner adds exactly 0 below): one index_select of z padded in front.
     zd = z.double()
     partner = F.pad(zd, (0, 0, first, 0)).index_select(1, shifted_rows(torch, L, offsets, z.device)).view(B, m, L, r)
+    inv_count = 1.0 / offset_counts(torch, L, offsets, z.device).clamp_min(1).double()
+    w = partner_mean(zd, partner, inv_count, eps).to(z.dtype)              # (B, L, r)
+    return pairs(torch, z, w, pair_index(torch, r, z.device))
+
+
+def partner_mean(zd, partner, inv_count, eps=PLUCKER_EPS):
+    """plucker_mean's w_t = Σ_Δ z_{t-Δ} / (n_Δ |valid_t|) in float64, from zd (B, L, r), its
+    partners (B, m, L, r) (zero rows where t - Δ < 0) and inv_count 1 / |valid_t|, (L,)."""
     uu, vv = (zd * zd).sum(-1)[:, None], (partner * partner).sum(-1)       # (B, 1, L), (B, m, L)
     uv = (zd[:, None] * partner).sum(-1)
     n = (uu * vv - uv * uv).clamp_min(eps * eps).sqrt()
-    inv_count = 1.0 / offset_counts(torch, L, offsets, z.device).clamp_min(1).double()
-    w = ((inv_count / n)[..., None] * partner).sum(1).to(z.dtype)          # (B, L, r)
-    return pairs(torch, z, w, pair_index(torch, r, z.device))
+    return ((inv_count / n)[..., None] * partner).sum(1)
 
 
 def shifted_rows(torch, L, offsets, device, cache={}):
@@ -288,10 +307,12 @@ def torch_models(torch):
             self.h = heads
             self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, d)
 
-        def forward(self, x):
+        def forward(self, x, keep=None):
             B, L, d = x.shape
             H, dh = self.h, d // self.h
             q, k, v = self.qkv(x).view(B, L, 3, H, dh).permute(2, 0, 3, 1, 4).reshape(3, B * H, L, dh).unbind(0)
+            if keep is not None:  # a decoder's cache: the keys and values, (B, H, L, dh)
+                keep.append((k.view(B, H, L, dh), v.view(B, H, L, dh)))
             o = attention(torch, q, k, v, causal=True)
             return self.out(o.view(B, H, L, dh).transpose(1, 2).reshape(B, L, d))
 
@@ -330,17 +351,21 @@ def torch_models(torch):
             y = (self.plu(p) * valid).sum(1)  # every offset projected (with b_plü), the invalid ones dropped
             return y / offset_counts(torch, L, offsets, z.device).clamp_min(1)[:, None]
 
-        def forward(self, h, drop):
+        def folded(self):
+            """W_o W_plü and W_o b_plü + b_o: the two linear maps as one."""
+            return self.out.weight @ self.plu.weight, self.out.weight @ self.plu.bias + self.out.bias
+
+        def forward(self, h, drop, keep=None):
             B, L, d = h.shape
             offsets = [o for o in self.windows if o < L]
             z = self.red(h).to(h.dtype)  # fp32 under autocast (the Plücker part as wedge's), else h's
+            if keep is not None:  # a decoder's ring of partners
+                keep.append(z)
             valid = (offset_counts(torch, L, offsets, h.device) > 0).to(h.dtype)[:, None]   # (L, 1)
             if self.literal:
                 g = self.out(self.literal_mean_projection(z, offsets)) * valid
             else:
-                W = self.out.weight @ self.plu.weight
-                b = self.out.weight @ self.plu.bias + self.out.bias
-                g = F.linear(plucker_mean(torch, z, offsets), W, b) * valid
+                g = F.linear(plucker_mean(torch, z, offsets), *self.folded()) * valid
             return gate_mix(torch, self.gate, h, drop(g))
 
     class Sheaf(nn.Module):
@@ -363,10 +388,32 @@ def torch_models(torch):
             self.router = nn.Linear(ds, types)
             self.experts = nn.ModuleList([FFN(d, dff) for _ in range(types)])
 
-        def scan(self, u, dt, A, B, C, h0):
-            return patch_scan(torch, u, dt, A, B, C, self.D, h0, self.P)
+        def scan(self, u, dt, A, B, C, h0, final=False):
+            return patch_scan(torch, u, dt, A, B, C, self.D, h0, self.P, final)
 
-        def forward(self, h_in, drop):
+        def restrict(self, s):
+            """Σ_k π_k R[j, k] s for every cover distance j, (Bt, depth, ds), π = softmax(W_type s)."""
+            pi = torch.softmax(self.patch_type(s), -1)
+            bank = self.R.reshape(self.depth * self.K * self.ds, self.ds)
+            return (F.linear(s, bank).view(s.shape[0], self.depth, self.K, self.ds) * pi[:, None, :, None]).sum(2)
+
+        def glue(self, cover, anchor):
+            """The cover's restricted summaries r (Bt, m, ds), their weights a (Bt, m) and the
+            section c = Σ a r, a = softmax(r . W_query anchor / sqrt(ds))."""
+            r = torch.stack(cover, 1)
+            a = torch.softmax((r * self.query(anchor)[:, None]).sum(-1) / self.ds ** 0.5, 1)
+            return r, a, (r * a[..., None]).sum(1)
+
+        def run_experts(self, xn, groups, run=lambda expert, x: expert(x)):
+            """Expert k on rows `rows` of xn (rows None: all of them) for each (k, rows) of groups."""
+            if len(groups) == 1 and groups[0][1] is None:
+                return run(self.experts[groups[0][0]], xn)
+            out = torch.zeros_like(xn)
+            for k, rows in groups:
+                out = out.index_add(0, rows, run(self.experts[k], xn.index_select(0, rows)).to(out.dtype))
+            return out
+
+        def forward(self, h_in, drop, keep=None):
             Bt, L, d = h_in.shape
             E, P, ds, K = self.E, self.P, self.ds, self.K
             nP = -(-L // P)
@@ -380,14 +427,11 @@ def torch_models(torch):
             S = F.pad(dt, (0, 0, 0, nP * P - L)).view(Bt, nP, P, E).sum(2)
             # C at the patch's last token is folded into the chain's (Bt, N) factor, as wedge does.
             reach, C_last = torch.exp(S[..., None] * A), C[:, last]  # (Bt, nP, E, N), (Bt, nP, N)
-            bank = self.R.reshape(self.depth * K * ds, ds)
             restricted, summaries, hx, hb, sections, energies = [], [], [], [], [], []
             for p in range(nP):
                 cover = [restricted[p - (1 << j)][:, j] for j in range(self.depth) if p - (1 << j) >= 0]
                 if cover:
-                    r = torch.stack(cover, 1)
-                    a = torch.softmax((r * self.query(summaries[p - 1])[:, None]).sum(-1) / ds ** 0.5, 1)
-                    c = (r * a[..., None]).sum(1)
+                    r, a, c = self.glue(cover, summaries[p - 1])
                     spread = (a * ((r - c[:, None]) ** 2).sum(-1)).sum(1)
                     energies.append(spread / ((a * (r * r).sum(-1)).sum(1) + 1e-6))
                 else:
@@ -396,12 +440,16 @@ def torch_models(torch):
                 hb.append(self.sb(c))
                 y_last = y0[:, last[p]] + hx[-1] * (reach[:, p] * (C_last[:, p] * hb[-1])[:, None]).sum(-1)
                 s = F.layer_norm(self.summary(y_last), (ds,))
-                pi = torch.softmax(self.patch_type(s), -1)
-                restricted.append((F.linear(s, bank).view(Bt, self.depth, K, ds) * pi[:, None, :, None]).sum(2))
+                restricted.append(self.restrict(s))
                 summaries.append(s)
                 sections.append(c)
             h0 = torch.stack(hx, 1)[..., None] * torch.stack(hb, 1)[:, :, None, :]
-            y = self.scan(u, dt, A, B, C, h0)
+            y, states = self.scan(u, dt, A, B, C, h0, final=True)
+            if keep is not None:  # a decoder's stream: what models/sheaf.cpp's forward_stream keeps
+                done = L // P     # completed patches; a partial last one's summary is not one yet
+                keep.append({"state": states[:, -1], "section": sections[-1],
+                             "summary": summaries[done - 1] if done else None,
+                             "restricted": restricted[:done][-(1 << (self.depth - 1)):]})
             h = h_in + drop(self.out(y * F.silu(z)))
             probs = torch.softmax(self.router(torch.stack(sections, 1)), -1)  # (Bt, nP, K)
             gate, expert = probs.max(-1)
@@ -409,11 +457,9 @@ def torch_models(torch):
             tok_expert = expert[:, token_patch].reshape(-1)
             tok_gate = gate[:, token_patch].reshape(-1, 1)
             xn = self.n2(h).reshape(-1, d)
-            out = torch.zeros_like(xn)
-            for k in range(K):
-                rows = (tok_expert == k).nonzero().squeeze(1)
-                if rows.numel():
-                    out = out.index_add(0, rows, self.experts[k](xn.index_select(0, rows)).to(out.dtype))
+            groups = [(k, rows) for k, rows in ((k, (tok_expert == k).nonzero().squeeze(1)) for k in range(K))
+                      if rows.numel()]
+            out = self.run_experts(xn, groups)
             balance = K * (probs.reshape(-1, K).mean(0) *
                            torch.bincount(expert.reshape(-1), minlength=K).float() / expert.numel()).sum()
             energy = torch.stack(energies, 1).mean() if energies else torch.zeros(())
@@ -436,22 +482,38 @@ def torch_models(torch):
                 self.n2 = nn.ModuleList([nn.LayerNorm(d) for _ in range(layers)])
             self.drop = dropout_module(torch, 0.1)
 
-        def forward(self, x):
+        def hidden(self, x, keep=None):
+            """The last block's output and SheafStateLM's auxiliary loss (0 for the others);
+            with `keep`, every layer appends to it the state a decoder goes on from."""
             L = x.shape[1]
             h = self.drop(self.tok(x) + self.pos.weight[:L])  # P[0:L]: a slice, not a lookup
+            aux = 0.0
             if self.kind == "sheaf":
-                aux = 0.0
                 for block in self.mix:  # balance and normalised gluing energy, weights 0.01
-                    h, balance, energy = block(h, self.drop)
+                    h, balance, energy = block(h, self.drop, keep)
                     aux = aux + 0.01 * (balance + energy) / len(self.mix)
-                return F.linear(self.final(h), self.tok.weight), aux
+                return h, aux
             for mix, ffn, n1, n2 in zip(self.mix, self.ffn, self.n1, self.n2):
                 if self.kind == "transformer":
-                    h = n1(h + self.drop(mix(h)))
+                    h = n1(h + self.drop(mix(h, keep)))
                 else:
-                    h = n1(mix(h, self.drop))
+                    h = n1(mix(h, self.drop, keep))
                 h = n2(h + self.drop(ffn(h)))
-            return F.linear(h, self.tok.weight)
+            return h, aux
+
+        def head(self, h):
+            """The tied head (after SheafStateLM's final LayerNorm). One row, a decoder's with
+            batch 1, is a matrix-vector product: torch.mv is OpenBLAS's sgemv, ~1 ms faster
+            a token here than F.linear's one-row GEMM (the layers' one-row products gain
+            nothing from it)."""
+            x = self.final(h) if self.kind == "sheaf" else h
+            if x.dim() == 2 and x.shape[0] == 1:
+                return torch.mv(self.tok.weight, x[0])[None]
+            return F.linear(x, self.tok.weight)
+
+        def forward(self, x):
+            h, aux = self.hidden(x)
+            return (self.head(h), aux) if self.kind == "sheaf" else self.head(h)
 
     return LM
 
@@ -732,6 +794,330 @@ def profile_torch(cfg, batch, steps, warmup, device="cpu", rows=30):
     ms, table = recorded[len(recorded) // 2]
     return {"table": f"median recorded step of {len(recorded)}: {ms * 1000:.0f} ms (all: "
                      f"{', '.join(f'{r[0] * 1000:.0f}' for r in recorded)} ms)\n{table}"}
+
+
+# ---- --generate: token-by-token decoding beside `wedge bench-generate` --------------------
+
+
+def decode_attention(torch, q, k, v):
+    """One query row per sequence and head, q (B, H, 1, dh), against the cached rows k, v
+    (B, H, n, dh): softmax(q k^T / sqrt(dh)) v. Two matmuls and a softmax; no mask (every
+    cached row is in the past)."""
+    s = torch.matmul(q, k.transpose(-1, -2)).mul_(q.shape[-1] ** -0.5)
+    return torch.matmul(torch.softmax(s, -1), v)
+
+
+def row_gelu(torch, x):
+    """Exact GELU, x Φ(x) = x erfc(-x / √2) / 2, for a decoder's few rows: ~13 µs a row of
+    1,024 where F.gelu takes ~25 µs here (the same values to an ulp); 6-8 % of a decode step."""
+    return torch.erfc(x * -0.5 ** 0.5).mul_(x).mul_(0.5)
+
+
+def expert_groups(torch, expert):
+    """Sheaf's run_experts groups for the top-1 experts of a batch's rows, (B,): one group
+    of every row (None) when they all chose the same expert."""
+    chosen = expert.tolist()
+    if len(set(chosen)) == 1:
+        return [(chosen[0], None)]
+    return [(k, torch.tensor([b for b, e in enumerate(chosen) if e == k], device=expert.device))
+            for k in sorted(set(chosen))]
+
+
+def torch_decoder(torch, model, batch):
+    """PyTorch's incremental decoding of a torch_models LM (eval mode, no autograd) for
+    `batch` sequences, as wedge's streams (models/README.md, "Streams"): prefill(ids) reads
+    a prompt in one parallel call, the model's own forward, whose layers hand over their
+    state (`keep`); step(ids (B, 1)) reads one more token per sequence at one position's
+    cost. Both return the last position's logits only, (B, vocab): the tied head on one row.
+    What each layer keeps:
+      * TransformerLM: keys and values in a cache of the whole block, (B, H, block, dh),
+        allocated once; the new row is written in place and its query attends to 0..t;
+      * GrassmannLM: a ring of the last max(Δ) reduced vectors z; the new z_t is paired with
+        the ring's z_{t-Δ} by the full model's partner_mean and wedge_pairs (float64 norms,
+        the same eps), then W_o W_plü folded once for the whole run, not once per token;
+      * SheafStateLM (models/sheaf.cpp's forward_stream): the current patch's scan state, its
+        section and expert route (fixed at the patch's first token, glued from the summaries
+        its cover reaches), the latest summary and the last 2^(D-1) patches' restricted
+        summaries; at a patch's last token its summary is formed from the ungated
+        y = C·h + D u. W_down, W_B and W_C run as one product, as wedge's scan_inputs.
+    The tied head on one row is torch.mv (LM.head), GELU row_gelu."""
+    F = torch.nn.functional
+    blocks = list(model.mix)
+    device = model.tok.weight.device
+
+    def ffn_rows(ffn, x):  # an FFN (or expert) module's map, with row_gelu
+        return ffn.w2(row_gelu(torch, ffn.w1(x)))
+
+    class Decoder:
+        def __init__(self):
+            self.t = 0
+            self.setup()
+
+        def prefill(self, ids):
+            keep = []
+            h, _ = model.hidden(ids, keep)
+            self.t = ids.shape[1]
+            for i, kept in enumerate(keep):
+                self.start(i, kept)
+            return model.head(h[:, -1])
+
+        def step(self, ids):
+            h = model.tok(ids[:, 0]) + model.pos.weight[self.t]  # (B, d): one row per sequence
+            for i, block in enumerate(blocks):
+                h = self.layer(i, block, h)
+            self.t += 1
+            return model.head(h)
+
+        def feed_forward(self, i, h):
+            return model.n2[i](h + ffn_rows(model.ffn[i], h))
+
+    class Transformer(Decoder):
+        def setup(self):
+            H, (block, d) = blocks[0].h, model.pos.weight.shape
+            self.k = [torch.zeros(batch, H, block, d // H, device=device) for _ in blocks]
+            self.v = [torch.zeros(batch, H, block, d // H, device=device) for _ in blocks]
+
+        def start(self, i, kept):
+            self.k[i][:, :, :self.t] = kept[0]
+            self.v[i][:, :, :self.t] = kept[1]
+
+        def layer(self, i, attn, h):
+            B, d = h.shape
+            t, H = self.t, attn.h
+            q, k, v = attn.qkv(h).view(B, 3, H, 1, d // H).unbind(1)
+            self.k[i][:, :, t:t + 1] = k
+            self.v[i][:, :, t:t + 1] = v
+            o = decode_attention(torch, q, self.k[i][:, :, :t + 1], self.v[i][:, :, :t + 1])
+            return self.feed_forward(i, model.n1[i](h + attn.out(o.reshape(B, d))))
+
+    class Grassmann(Decoder):
+        def setup(self):
+            self.ring = [torch.zeros(batch, max(mix.windows), mix.red.out_features, device=device) for mix in blocks]
+            self.folded = [mix.folded() for mix in blocks]
+            self.partners = {}
+
+        def start(self, i, z):
+            M = self.ring[i].shape[1]
+            rows = torch.arange(max(0, self.t - M), self.t, device=device)
+            self.ring[i][:, rows % M] = z[:, rows]
+
+        def ring_slots(self, windows, M):
+            """The ring slots of z_{t-Δ} for the valid Δ (t - Δ >= 0), and 1 / their number."""
+            key = (self.t % M, min(self.t, M))
+            if key not in self.partners:
+                valid = [o for o in windows if o <= self.t]
+                self.partners[key] = (torch.tensor([(self.t - o) % M for o in valid], device=device),
+                                      1.0 / max(1, len(valid)))
+            return self.partners[key]
+
+        def layer(self, i, mix, h):
+            ring = self.ring[i]
+            z = mix.red(h)[:, None]                                                  # (B, 1, r)
+            slots, inv_count = self.ring_slots(mix.windows, ring.shape[1])
+            if slots.numel():
+                partner = ring.index_select(1, slots).double()[:, :, None]          # (B, m, 1, r)
+                w = partner_mean(z.double(), partner, inv_count).to(z.dtype)
+                g = F.linear(wedge_pairs(torch, z, w, mix.pairs)[:, 0], *self.folded[i])
+            else:  # no partner yet: g is 0, as the full model's validity mask makes it
+                g = torch.zeros_like(h)
+            ring[:, self.t % ring.shape[1]] = z[:, 0]  # after reading: this slot held z_{t - M}
+            return self.feed_forward(i, model.n1[i](gate_mix(torch, mix.gate, h, g)))
+
+    class Sheaf(Decoder):
+        def setup(self):
+            self.proj = [torch.cat([b.dt_down.weight, b.Bp.weight, b.Cp.weight]) for b in blocks]
+            self.A = [-torch.exp(b.A_log) for b in blocks]
+            self.stream = [None] * len(blocks)
+
+        def start(self, i, kept):
+            self.stream[i] = dict(kept)
+            self.route(blocks[i], self.stream[i])
+
+        def route(self, blk, st):
+            """The patch's top-1 expert and its probability, from the section."""
+            gate, expert = torch.softmax(blk.router(st["section"]), -1).max(-1)
+            st["gate"], st["groups"] = gate[:, None], expert_groups(torch, expert)
+
+        def begin_patch(self, blk, st, B):
+            restricted = st["restricted"]
+            cover = [restricted[-(1 << j)][:, j] for j in range(blk.depth) if (1 << j) <= len(restricted)]
+            c = blk.glue(cover, st["summary"])[2] if cover else torch.zeros(B, blk.ds, device=device)
+            st["section"], st["state"] = c, blk.sx(c)[:, :, None] * blk.sb(c)[:, None, :]
+            self.route(blk, st)
+
+        def layer(self, i, blk, h):
+            st, R, N, offset = self.stream[i], blk.R_, blk.N, self.t % blk.P
+            x, z = blk.inp(blk.n1(h)).split(blk.E, -1)
+            u = F.silu(x)
+            proj = F.linear(u, self.proj[i])
+            dt = F.softplus(blk.dt_up(proj[:, :R]) + blk.dt_bias)
+            Bv, Cv = proj[:, R:R + N], proj[:, R + N:]
+            if offset == 0:
+                self.begin_patch(blk, st, h.shape[0])
+            st["state"] = torch.addcmul((dt * u)[:, :, None] * Bv[:, None, :], torch.exp(dt[:, :, None] * self.A[i]),
+                                        st["state"])
+            y = (st["state"] @ Cv[:, :, None])[..., 0] + blk.D * u                  # ungated, (B, E)
+            if offset == blk.P - 1:  # the patch is complete: its summary joins the later covers
+                st["summary"] = F.layer_norm(blk.summary(y), (blk.ds,))
+                st["restricted"] = (st["restricted"] + [blk.restrict(st["summary"])])[-(1 << (blk.depth - 1)):]
+            h = h + blk.out(y * F.silu(z))
+            return h + blk.run_experts(blk.n2(h), st["groups"], ffn_rows) * st["gate"]
+
+    return {"transformer": Transformer, "grassmann": Grassmann, "sheaf": Sheaf}[model.kind]()
+
+
+def randomise_for_check(torch, model):
+    """Weights of the usual scale 1 / sqrt(fan in), random biases and LayerNorm affines, unit
+    token and position rows: every path of the blocks then moves the logits, so a decoder that
+    got one wrong cannot pass the check by its being ~0.02 of the rest, as at wedge's init."""
+    nn = torch.nn
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.Linear):
+                m.weight.normal_(0.0, m.in_features ** -0.5)
+                if m.bias is not None:
+                    m.bias.normal_(0.0, 0.1)
+            elif isinstance(m, nn.Embedding):
+                m.weight.normal_(0.0, 1.0)
+            elif isinstance(m, nn.LayerNorm):
+                m.weight.normal_(1.0, 0.1)
+                m.bias.normal_(0.0, 0.1)
+
+
+def check_decoders(cfg, batch, steps, warmup, device="cpu"):
+    """The decoders' exactness (always run by --generate): for each model of cfg["models"], a
+    small random one (fp32, 2 layers, d 32; 160 tokens: SheafStateLM's cover rolls over its
+    2^(D-1) patches, GrassmannLM's ring over max Δ) decodes 1 sequence after a prompt of 1
+    token and 2 after prompts of 37, and its logits at every position from the prompt's last
+    on must equal the full forward's: max |difference| / max |full| <= 1e-4. Returns the lines
+    and the verdict."""
+    import torch
+    setup_torch(torch)
+    LM = torch_models(torch)
+    lines, ok, L, V = [], True, 160, 64
+    for kind in cfg["models"]:
+        model = LM(kind, V, 2, 32, 64, 4, L, 8, [1, 2, 4, 8, 12, 16]).to(device).eval()
+        randomise_for_check(torch, model)
+        ids = torch.randint(0, V, (2, L), device=device)
+        with torch.inference_mode():
+            full, _ = model.hidden(ids)
+            full = model.head(full)
+            worst = 0.0
+            for prompt, B in ((1, 1), (37, 2)):
+                decoder = torch_decoder(torch, model, B)
+                rows = [decoder.prefill(ids[:B, :prompt])] + [decoder.step(ids[:B, t:t + 1]) for t in range(prompt, L)]
+                diff = (torch.stack(rows, 1) - full[:B, prompt - 1:]).abs().max() / full.abs().max()
+                worst = max(worst, diff.item())
+        good = worst <= 1e-4
+        ok = ok and good
+        lines.append(f"exactness {kind:<12} decoder vs full forward, {L} positions, prompts 1 (batch 1), 37 (batch 2): max "
+                     f"|difference| / max |logit| {worst:.1e}  {'ok' if good else 'FAIL (limit 1e-4)'}")
+    return {"lines": lines, "ok": ok}
+
+
+def torch_generation(cfg, batch, device):
+    """A paper-size model of cfg (wedge's init, eval mode) and its decoder."""
+    import torch
+    setup_torch(torch)
+    LM = torch_models(torch)
+    model = LM(cfg["model"], cfg["vocab"], cfg["layers"], cfg["d"], cfg["dff"], cfg["heads"], cfg["block"], cfg["rank"],
+               cfg["windows"]).to(device).eval()
+    init_like_wedge(torch, model)
+    return torch, torch_decoder(torch, model, batch)
+
+
+def bench_torch_generate(cfg, batch, repeats, warmup, device="cpu"):
+    """As `wedge bench-generate`: for each prompt length, `repeats` runs of a random prompt's
+    prefill and then cfg["new_tokens"] decode steps of random tokens (greedy picks would cost
+    an argmax more, the same for both); the median prefill and the median step. Every step
+    returns its logits, (B, vocab)."""
+    torch, decoder = torch_generation(cfg, batch, device)
+    sync = device_sync(torch, device)
+    rows = []
+    with torch.inference_mode():
+        for prompt in cfg["prompts"]:
+            prefill_s, step_ms = [], []
+            for _ in range(repeats):
+                ids = torch.randint(0, cfg["vocab"], (batch, prompt), device=device)
+                nxt = torch.randint(0, cfg["vocab"], (cfg["new_tokens"], batch, 1), device=device)
+                t0 = time.perf_counter()
+                decoder.prefill(ids)
+                sync()
+                prefill_s.append(time.perf_counter() - t0)
+                for ids in nxt:
+                    t0 = time.perf_counter()
+                    decoder.step(ids)
+                    sync()
+                    step_ms.append(1e3 * (time.perf_counter() - t0))
+            rows.append({"prompt": prompt, "decode_ms_per_step": sorted(step_ms)[len(step_ms) // 2],
+                         "prefill_tokens_per_s": batch * prompt / sorted(prefill_s)[len(prefill_s) // 2]})
+    return {"rows": rows}
+
+
+def profile_torch_generate(cfg, batch, repeats, warmup, device="cpu", rows=25):
+    """torch.profiler's table (operators by self CPU time) of cfg["new_tokens"] decode steps
+    after the longest prompt, recorded after one unrecorded prefill and decode of it."""
+    torch, decoder = torch_generation(cfg, batch, device)
+    sync = device_sync(torch, device)
+    prompt, n = max(cfg["prompts"]), cfg["new_tokens"]
+    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device == "cuda" else [])
+    prof = torch.profiler.profile(activities=activities)
+    with torch.inference_mode():
+        for recording in (contextlib.nullcontext(), prof):
+            ids = torch.randint(0, cfg["vocab"], (batch, prompt), device=device)
+            nxt = torch.randint(0, cfg["vocab"], (n, batch, 1), device=device)
+            decoder.prefill(ids)
+            with recording:
+                t0 = time.perf_counter()
+                for ids in nxt:
+                    decoder.step(ids)
+                sync()
+                ms = 1e3 * (time.perf_counter() - t0) / n
+    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows, max_name_column_width=44)
+    return {"table": f"{n} decode steps after a prompt of {prompt}, batch {batch}: {ms:.2f} ms a step under the "
+                     f"profiler\n{table}"}
+
+
+def bench_wedge_generate(wedge, cfg, batch, device="cpu"):
+    """`wedge bench-generate --json` of one model, the same sizes, prompts and batch, 2 threads."""
+    return run_wedge([wedge, "bench-generate", "--models", cfg["model"], "--vocab-size", str(cfg["vocab"]), "--layers",
+                      str(cfg["layers"]), "--d-model", str(cfg["d"]), "--d-ff", str(cfg["dff"]), "--heads",
+                      str(cfg["heads"]), "--block", str(cfg["block"]), "--rank", str(cfg["rank"]), "--windows",
+                      ",".join(map(str, cfg["windows"])), "--prompts", ",".join(map(str, cfg["prompts"])),
+                      "--new-tokens", str(cfg["new_tokens"]), "--batch", str(batch), "--threads", "2", "--device",
+                      device, "--json"])["rows"]
+
+
+def generate(args, runs):
+    """--generate: the exactness check, then wedge's and PyTorch's decoding side by side (or,
+    with --profile, PyTorch's decode step profiled). Returns the exit status.
+
+    PyTorch's OpenMP workers are told to sleep as soon as a parallel region ends
+    (OMP_WAIT_POLICY=PASSIVE, unless set already), as wedge's pool does after some tens of
+    microseconds: a decode step is ~100 small ops, and with libgomp's default spinning, on
+    this 2-core machine while anything else runs, a spinning worker takes the main thread's
+    core — a paper-size step then took 30-80 ms instead of 7-12 ms."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    check = run_in_child(args, {"models": [cfg["model"] for cfg, _ in runs]}, 2, 0, 0, "generate-check")
+    print("\n".join(check["lines"]), flush=True)
+    if not check["ok"]:
+        print("FAILED: a decoder's logits differ from the full forward's")
+        return 1
+    if args.profile:
+        for cfg, batch in runs:
+            print(f"PyTorch {cfg['model']} decode, fp32:", flush=True)
+            print(run_in_child(args, cfg, batch, 1, 0, "generate-profile")["table"], flush=True)
+        return 0
+    print(f"{'model':<12} {'prompt':>6} {'batch':>5} {'wedge ms/step':>13} {'torch ms/step':>13} {'torch/wedge':>11} "
+          f"{'wedge prefill tok/s':>19} {'torch prefill tok/s':>19}")
+    for cfg, batch in runs:
+        w = bench_wedge_generate(args.wedge, cfg, batch, args.device)
+        t = run_in_child(args, cfg, batch, 3, 0, "generate")["rows"]
+        for a, b in zip(w, t):
+            print(f"{cfg['model']:<12} {a['prompt']:>6} {batch:>5} {a['decode_ms_per_step']:>13.2f} "
+                  f"{b['decode_ms_per_step']:>13.2f} {b['decode_ms_per_step'] / a['decode_ms_per_step']:>11.2f} "
+                  f"{a['prefill_tokens_per_s']:>19.0f} {b['prefill_tokens_per_s']:>19.0f}", flush=True)
+    return 0
 
 
 # ---- --check-formulations: the fast forms against plainly literal ones ------------------
@@ -1052,6 +1438,10 @@ def positive_int(text):
     return value
 
 
+def positive_ints(text):
+    return [positive_int(t) for t in text.split(",")]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--wedge", default=os.path.join(os.path.dirname(__file__), "..", "build", "wedge"))
@@ -1072,6 +1462,13 @@ def main():
     ap.add_argument("--profile", action="store_true",
                     help="instead of timing, torch.profiler's table of each PyTorch model's steps (with --bf16 also "
                          "under autocast): where PyTorch spends its step")
+    ap.add_argument("--generate", action="store_true",
+                    help="token-by-token decoding of paper-size models, wedge bench-generate beside PyTorch's incremental "
+                         "loops (after their exactness check): ms per decode step and prefill tokens/s")
+    ap.add_argument("--prompts", type=positive_ints, default="16,128,512,1024", help="--generate: prompt lengths")
+    ap.add_argument("--new-tokens", type=positive_int, default=32, help="--generate: decode steps timed after each prompt")
+    ap.add_argument("--batch", type=positive_int,
+                    help="sequences per step, for both engines (default: 1 with --generate, else the configuration's)")
     ap.add_argument("--torch-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     import importlib.util
@@ -1084,12 +1481,16 @@ def main():
         sys.exit(check_formulations())
     if args.torch_child:
         mode, cfg, batch, steps, warmup, device = json.loads(args.torch_child)
-        print(json.dumps((profile_torch if mode == "profile" else bench_torch)(cfg, batch, steps, warmup, device)))
+        print(json.dumps(CHILD_MODES[mode](cfg, batch, steps, warmup, device)))
         return
 
     runs = []
     for model in args.models.split(","):
-        if args.nli:
+        if args.generate:
+            runs.append(({"model": model, "vocab": 30522, "layers": 6, "d": 256, "dff": 1024, "heads": 4, "rank": 32,
+                          "windows": [1, 2, 4, 8, 12, 16], "prompts": args.prompts, "new_tokens": args.new_tokens,
+                          "block": max(args.prompts) + args.new_tokens}, 1))
+        elif args.nli:
             runs.append(({"task": "nli", "model": "nli-" + model, "head": model, "vocab": 30522,
                           "block": NLI_PREMISE + NLI_HYPOTHESIS}, 32))
         elif args.seq_scaling:
@@ -1102,6 +1503,9 @@ def main():
         else:
             runs.append(({"model": model, "vocab": 8192, "layers": 4, "d": 128, "dff": 512, "heads": 4, "block": 128,
                           "rank": 16, "windows": [1, 2, 4, 8, 12, 16]}, 16))
+    runs = [(cfg, args.batch or batch) for cfg, batch in runs]
+    if args.generate:
+        sys.exit(generate(args, runs))
     if args.profile:
         for cfg, batch in runs:
             for precision in ("fp32", "bf16") if args.bf16 else ("fp32",):
@@ -1138,6 +1542,10 @@ def main():
             print(f"{'  (literal)':<12} {cfg['block']:>6} {batch:>5} {w['tokens_per_s']:>12.0f} "
                   f"{t['tokens_per_s']:>12.0f} {w['tokens_per_s'] / t['tokens_per_s']:>6.2f} {w['peak_rss_mb']:>13.0f} "
                   f"{t['peak_rss_mb']:>13.0f}", flush=True)
+
+
+CHILD_MODES = {"time": bench_torch, "profile": profile_torch, "generate": bench_torch_generate,
+               "generate-profile": profile_torch_generate, "generate-check": check_decoders}
 
 
 if __name__ == "__main__":
