@@ -105,6 +105,14 @@ struct Gemv {
       }
   }
 
+  template <int M, int J>
+  [[gnu::always_inline]] static void clear(V (&acc)[M][J]) {
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i)
+#pragma GCC unroll 8
+      for (int jj = 0; jj < J; ++jj) acc[i][jj] = L::zero();
+  }
+
   // trans_b N: J vectors of columns from column j, for the M rows: per slice, C[i, cols]
   // accumulates op(A)[i, q] B[q, cols] for q in order, each B vector loaded once for all
   // rows. kTail: the last vector holds only the lanes of `last` (loads and stores masked).
@@ -113,10 +121,7 @@ struct Gemv {
     for (i64 p0 = 0; p0 < p.k; p0 += kc) {
       const i64 p1 = std::min(p.k, p0 + kc);
       V acc[M][J];
-#pragma GCC unroll 8
-      for (int i = 0; i < M; ++i)
-#pragma GCC unroll 8
-        for (int jj = 0; jj < J; ++jj) acc[i][jj] = L::zero();
+      clear(acc);
       const float* row = p.b + p0 * p.ldb + j;
       for (i64 q = p0; q < p1; ++q, row += p.ldb) {
         V bv[J];
@@ -163,10 +168,7 @@ struct Gemv {
     for (i64 p0 = 0; p0 < p.k; p0 += kc) {
       const i64 p1 = std::min(p.k, p0 + kc);
       V acc[M][J];
-#pragma GCC unroll 8
-      for (int i = 0; i < M; ++i)
-#pragma GCC unroll 8
-        for (int jj = 0; jj < J; ++jj) acc[i][jj] = L::zero();
+      clear(acc);
       // A whole cache line (16 values of k) of each row at a time, so that each line is used
       // up while it is in L1: the rows of a group lie ldb apart and, for ldb a multiple of
       // 256 floats, crowd the same few sets of L1.
