@@ -283,7 +283,7 @@ void eval_stream(models::LanguageModel& model, const std::string& corpus, const 
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   };
   const StreamEvalResult r = evaluate_stream(model, tokens, context, block, progress);
-  const std::int64_t capacity = model.open_stream(1)->capacity();
+  const std::int64_t capacity = r.capacity;
   const bool unbounded = capacity == models::Stream::kUnbounded;
   if (json) {
     nlohmann::json j{{"split", split},         {"stream", true},      {"context", context},

@@ -182,6 +182,7 @@ StreamEvalResult evaluate_stream(models::LanguageModel& model, const std::vector
   for (std::int64_t begin = 0; begin + 1 < total; begin += piece) {
     const std::int64_t end = std::min(total, begin + piece);
     std::unique_ptr<models::Stream> stream = model.open_stream(1);
+    r.capacity = stream->capacity();
     ++r.pieces;
     for (std::int64_t at = begin; at < end;) {
       if (stream->position() == stream->capacity()) {

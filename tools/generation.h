@@ -62,6 +62,7 @@ struct StreamEvalResult {
   std::int64_t pieces = 0;        // streams started from an empty state
   std::int64_t slides = 0;        // times a full stream re-read the latest half of its context
   std::int64_t state_bytes = 0;   // the largest stream state held
+  std::int64_t capacity = 0;      // positions a stream holds (Stream::kUnbounded: no limit)
   double seconds = 0;
 };
 
