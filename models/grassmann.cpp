@@ -51,14 +51,14 @@ Tensor GrassmannMixing::forward_stream(const Tensor& h, std::int64_t position, T
   // are the full forward's rows position .. position + n - 1.
   const Tensor z_new = reduce_.forward(h);
   const Tensor z = w > 0 ? ops::cat({recent, z_new}, 1) : z_new;
-  const Tensor g = ops::narrow(mix(z, position - w), 1, w, n);
+  const Tensor g = mix(z, position - w, w);
   const std::int64_t farthest = *std::max_element(offsets_.begin(), offsets_.end());
   const std::int64_t keep = std::min(farthest, w + n);
   recent = ops::narrow(z, 1, w + n - keep, keep).contiguous();
   return g;
 }
 
-Tensor GrassmannMixing::mix(const Tensor& z, std::int64_t first) const {
+Tensor GrassmannMixing::mix(const Tensor& z, std::int64_t first, std::int64_t from) const {
   Tensor p_mean;  // (B, L, r(r-1)/2)
   if (!leaky_) {
     p_mean = ops::plucker_mean(z, offsets_);
@@ -66,8 +66,10 @@ Tensor GrassmannMixing::mix(const Tensor& z, std::int64_t first) const {
     // On the reversed sequence position L-1-t pairs with L-1-t-Δ, i.e. t with t+Δ.
     p_mean = reverse_positions(ops::plucker_mean(reverse_positions(z), offsets_));
   }
+  const std::int64_t L = z.size(1);
+  if (from > 0) p_mean = ops::narrow(p_mean, 1, from, L - from);
   Tensor g;
-  const std::int64_t rows = z.size(0) * z.size(1), pairs = p_mean.size(2);
+  const std::int64_t rows = p_mean.size(0) * p_mean.size(1), pairs = p_mean.size(2);
   if (out_ == nullptr) {
     g = plucker_.forward(p_mean);
   } else if (rows <= pairs) {
@@ -86,8 +88,9 @@ Tensor GrassmannMixing::mix(const Tensor& z, std::int64_t first) const {
   // p_mean is already 0 where no offset is valid; the mask removes the biases there too.
   // (A stream's positions past the smallest offset all have a partner: nothing to mask.)
   const std::int32_t smallest = *std::min_element(offsets_.begin(), offsets_.end());
-  if (!leaky_ && first >= smallest) return g;
-  return g * validity_mask(first, z.size(1), z.device());
+  if (!leaky_ && first + from >= smallest) return g;
+  const Tensor mask = validity_mask(first, L, z.device());
+  return g * (from > 0 ? ops::narrow(mask, 0, from, L - from) : mask);
 }
 
 GrassmannBlock::GrassmannBlock(const LMConfig& c, std::vector<std::int32_t> offsets,

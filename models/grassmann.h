@@ -50,8 +50,10 @@ class GrassmannMixing : public Module {
   const std::vector<std::int32_t>& offsets() const { return offsets_; }
 
  private:
-  // Steps 2-4 over z (B, L, r) of the consecutive positions first, first + 1, ...
-  Tensor mix(const Tensor& z, std::int64_t first) const;
+  // Steps 2-4 over z (B, L, r) of the consecutive positions first, first + 1, ...; the
+  // rows from `from` on only (B, L - from, d): the pairs read all of z, the projections
+  // and the mask only the rows asked for.
+  Tensor mix(const Tensor& z, std::int64_t first, std::int64_t from = 0) const;
   // 1 where the position has at least one valid partner, else 0; (L, 1) for the positions
   // first .. first + L - 1; cached for first = 0 (the training forward), per L.
   Tensor validity_mask(std::int64_t first, std::int64_t L, Device device) const;

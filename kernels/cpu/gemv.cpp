@@ -18,13 +18,13 @@ i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
 // Threads split C in whole units of this many columns (a multiple of both vector widths).
 constexpr i64 kUnitColumns = 16;
 
-// Units worth a thread of their own: at least 256 K elements of B (1 MB) per share, tens of
-// microseconds of reading. Handing work to a pool thread costs a few microseconds on an idle
-// machine, but a worker that another process has taken the core from may take a time slice
-// to answer, and a decode step makes a hundred such calls: so a layer's matrices (at most
-// 1 MB in the paper models) run on the calling thread, and only the tied head (31 MB)
-// is shared.
-i64 grain_units(i64 k) { return std::max<i64>(1, ceil_div(262144, kUnitColumns * std::max<i64>(k, 1))); }
+// Units worth a thread of their own: at least 32 K elements of B (128 KB) per share, some
+// microseconds of reading. On an idle 2-core machine handing work to a spinning pool thread
+// costs about 1.5 us, and a layer's 1 MB matrix (d 256 x d_ff 1024) is read in ~35 us on two
+// threads against ~60 us on one, so every matrix of the paper models but the smallest is
+// shared. Where another process holds a core, its share waits for a time slice: there a
+// decode step is faster on one thread (`--threads 1`).
+i64 grain_units(i64 k) { return std::max<i64>(1, ceil_div(32768, kUnitColumns * std::max<i64>(k, 1))); }
 
 thread_local ScratchBuffer t_rows;  // op(A) row-major (trans_a T)
 
