@@ -30,9 +30,10 @@ With --generate (paper sizes, batch 1 or --batch N, prompts --prompts, --new-tok
 script decodes token by token: first it checks that PyTorch's incremental loops (torch_decoder:
 a key/value cache, a ring of the last max(Δ) z, SheafStateLM's recurrent stream) give the full
 forward's logits at every position, then it runs `wedge bench-generate --json` and the PyTorch
-loops model by model and prints ms per decode step (one new token per sequence), the ratio
-PyTorch / wedge, and both prefill rates. --generate --profile prints torch.profiler's table of
-PyTorch's decode steps instead.
+loops model by model (PyTorch once with its OpenMP workers spinning and once sleeping, the
+faster kept: see generate()) and prints ms per decode step (one new token per sequence), the
+ratio PyTorch / wedge, and both prefill rates. --generate --profile prints torch.profiler's
+table of PyTorch's decode steps instead.
 """
 import argparse
 import contextlib
@@ -1092,11 +1093,13 @@ def generate(args, runs):
     """--generate: the exactness check, then wedge's and PyTorch's decoding side by side (or,
     with --profile, PyTorch's decode step profiled). Returns the exit status.
 
-    PyTorch's OpenMP workers are told to sleep as soon as a parallel region ends
-    (OMP_WAIT_POLICY=PASSIVE, unless set already), as wedge's pool does after some tens of
-    microseconds: a decode step is ~100 small ops, and with libgomp's default spinning, on
-    this 2-core machine while anything else runs, a spinning worker takes the main thread's
-    core — a paper-size step then took 30-80 ms instead of 7-12 ms."""
+    How PyTorch's OpenMP workers wait between parallel regions decides a good part of its
+    step (a decode step is ~100 small ops): spinning (OMP_WAIT_POLICY=ACTIVE) answers the
+    next op at once on an idle machine, and takes the main thread's core while anything else
+    runs (a paper-size step then took 30-80 ms instead of 7-12); sleeping (PASSIVE) is the
+    other way round. So unless OMP_WAIT_POLICY is set, PyTorch runs with each and every row
+    takes its faster (its `policy` column: A or P). The check and --profile run PASSIVE."""
+    policies = [os.environ["OMP_WAIT_POLICY"]] if "OMP_WAIT_POLICY" in os.environ else ["PASSIVE", "ACTIVE"]
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     check = run_in_child(args, {"models": [cfg["model"] for cfg, _ in runs]}, 2, 0, 0, "generate-check")
     print("\n".join(check["lines"]), flush=True)
@@ -1108,15 +1111,17 @@ def generate(args, runs):
             print(f"PyTorch {cfg['model']} decode, fp32:", flush=True)
             print(run_in_child(args, cfg, batch, 1, 0, "generate-profile")["table"], flush=True)
         return 0
-    print(f"{'model':<12} {'prompt':>6} {'batch':>5} {'wedge ms/step':>13} {'torch ms/step':>13} {'torch/wedge':>11} "
-          f"{'wedge prefill tok/s':>19} {'torch prefill tok/s':>19}")
+    print(f"{'model':<12} {'prompt':>6} {'batch':>5} {'wedge ms/step':>13} {'torch ms/step':>13} {'policy':>6} "
+          f"{'torch/wedge':>11} {'wedge prefill tok/s':>19} {'torch prefill tok/s':>19}")
     for cfg, batch in runs:
         w = bench_wedge_generate(args.wedge, cfg, batch, args.device)
-        t = run_in_child(args, cfg, batch, 3, 0, "generate")["rows"]
-        for a, b in zip(w, t):
+        by_policy = {p: run_in_child(args, cfg, batch, 3, 0, "generate", {"OMP_WAIT_POLICY": p})["rows"] for p in policies}
+        for i, a in enumerate(w):
+            policy, b = min(((p, rows[i]) for p, rows in by_policy.items()), key=lambda pr: pr[1]["decode_ms_per_step"])
+            prefill = max(rows[i]["prefill_tokens_per_s"] for rows in by_policy.values())
             print(f"{cfg['model']:<12} {a['prompt']:>6} {batch:>5} {a['decode_ms_per_step']:>13.2f} "
-                  f"{b['decode_ms_per_step']:>13.2f} {b['decode_ms_per_step'] / a['decode_ms_per_step']:>11.2f} "
-                  f"{a['prefill_tokens_per_s']:>19.0f} {b['prefill_tokens_per_s']:>19.0f}", flush=True)
+                  f"{b['decode_ms_per_step']:>13.2f} {policy[0]:>6} {b['decode_ms_per_step'] / a['decode_ms_per_step']:>11.2f} "
+                  f"{a['prefill_tokens_per_s']:>19.0f} {prefill:>19.0f}", flush=True)
     return 0
 
 
@@ -1422,11 +1427,12 @@ def bench_wedge(wedge, cfg, batch, steps, warmup, device="cpu"):
     return run_wedge(cmd)
 
 
-def run_in_child(args, cfg, batch, steps, warmup, mode="time"):
-    """PyTorch in a fresh process (with the environment reexec_with_env set) so that its peak
-    RSS is its own. mode "profile" returns the profiler's table instead of the timing."""
+def run_in_child(args, cfg, batch, steps, warmup, mode="time", env=None):
+    """PyTorch in a fresh process (with the environment reexec_with_env set, and `env` over
+    it) so that its peak RSS is its own. mode "profile" returns the profiler's table instead
+    of the timing."""
     job = json.dumps([mode, cfg, batch, steps, warmup, args.device])
-    out = subprocess.run([sys.executable, __file__, "--torch-child", job],
+    out = subprocess.run([sys.executable, __file__, "--torch-child", job], env={**os.environ, **(env or {})},
                          check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
     return json.loads(out)
 
