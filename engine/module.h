@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <utility>
@@ -37,7 +38,8 @@ class Module {
   void to(Device device);
 
  protected:
-  // Registers a parameter (marked requires_grad) and returns it.
+  // Registers a parameter (marked requires_grad) and returns it. The reference stays valid
+  // for the module's lifetime, however many parameters are registered after it.
   Tensor& register_parameter(const std::string& name, Tensor value);
   // Registers a child module and returns a reference to it.
   template <typename M>
@@ -49,7 +51,9 @@ class Module {
  private:
   void collect(const std::string& prefix,
                std::vector<std::pair<std::string, Tensor>>& out) const;
-  std::vector<std::pair<std::string, Tensor>> params_;
+  // A deque: registering appends without moving the parameters before it, so the
+  // references register_parameter returned stay valid.
+  std::deque<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
 };

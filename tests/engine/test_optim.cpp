@@ -297,3 +297,30 @@ TEST_CASE("a checkpoint's named moments: load_state and flatten_state check them
   CHECK(m == em);
   CHECK_THROWS_AS(sharded.flatten_state(state, std::span<float>(m).first(9), v), std::invalid_argument);
 }
+
+TEST_CASE("a parameter's handle stays valid however many are registered after it") {
+  // register_parameter returns a reference; registering 99 more must not move the first
+  // (it once dangled when the list grew, and a matmul on it failed or read freed memory).
+  struct Many : Module {
+    Many() {
+      first = &register_parameter("p0", Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3}));
+      for (int i = 1; i < 100; ++i)
+        register_parameter("p" + std::to_string(i), Tensor::from_vector(std::vector<float>{float(i)}, {1}));
+    }
+    Tensor* first = nullptr;
+  };
+  Many m;
+  REQUIRE(m.first->defined());
+  CHECK(m.first->shape() == std::vector<std::int64_t>{2, 3});
+  CHECK(m.first->requires_grad());
+  // x W^T with x = (1, 1, 1): the rows' sums, 6 and 15; and the gradient reaches the handle.
+  Tensor y = ops::linear(Tensor::from_vector(std::vector<float>{1, 1, 1}, {1, 3}), *m.first);
+  CHECK(y.to_vector<float>() == std::vector<float>{6, 15});
+  ops::sum(y).backward();
+  CHECK(m.first->grad().to_vector<float>() == std::vector<float>{1, 1, 1, 1, 1, 1});
+  // The handle is the registered parameter itself, not a copy.
+  const auto named = m.named_parameters();
+  REQUIRE(named.size() == 100);
+  CHECK(named[0].first == "p0");
+  CHECK(&named[0].second.impl() == &m.first->impl());
+}
