@@ -172,8 +172,16 @@ struct Gemv {
       // A whole cache line (16 values of k) of each row at a time, so that each line is used
       // up while it is in L1: the rows of a group lie ldb apart and, for ldb a multiple of
       // 256 floats, crowd the same few sets of L1.
+      // The same line of the next group's rows is asked for ahead of its use: a weight read
+      // once per token comes from memory, and a group's rows are too many interleaved
+      // streams for the hardware prefetchers to follow. (The last group has no next one.)
+      const bool next = j + 2 * J * W <= p.n;
+      const float* ahead = next ? p.b + (j + J * W) * p.ldb : p.b;
       i64 q = p0;
-      for (; q + 16 <= p1; q += 16)
+      for (; q + 16 <= p1; q += 16) {
+        if (next)
+#pragma GCC unroll 32
+          for (int r = 0; r < J * W; ++r) __builtin_prefetch(ahead + r * p.ldb + q);
 #pragma GCC unroll 8
         for (int jj = 0; jj < J; ++jj)
 #pragma GCC unroll 4
@@ -186,6 +194,7 @@ struct Gemv {
               for (int i = 0; i < M; ++i)
                 acc[i][jj] = L::fmadd(L::set1(p.a[i * p.lda + q + c + s]), t[s], acc[i][jj]);
           }
+      }
       for (; q < p1; q += 4) {  // the slice's last k % 16 values, then k % 4
         const int count = static_cast<int>(std::min<i64>(4, p1 - q));
 #pragma GCC unroll 8
