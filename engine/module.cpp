@@ -1,6 +1,13 @@
 #include "engine/module.h"
 
+#include <cmath>
+#include <map>
+#include <stdexcept>
+#include <utility>
+
 #include "engine/autograd.h"
+#include "engine/safetensors.h"
+#include "engine/text_escape.h"
 
 namespace wedge {
 
@@ -55,6 +62,59 @@ void Module::to(Device device) {
     dst.strides = moved.strides();
     dst.offset = 0;
     dst.grad = nullptr;
+  }
+}
+
+void Module::save(const std::string& path) const {
+  std::map<std::string, Tensor> tensors;
+  for (const auto& [name, p] : named_parameters())
+    if (!tensors.emplace(name, p).second)
+      fail("Module::save", "two parameters are named '" + name + "'; a file can hold only one of them");
+  save_safetensors(path, tensors);  // copies each tensor to the host, contiguous
+}
+
+namespace {
+
+// The first NaN or infinity of a host tensor: its index (-1 when there is none) and value.
+template <typename T>
+std::pair<std::int64_t, double> first_non_finite(const T* v, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(v[i])) return {i, static_cast<double>(v[i])};
+  return {-1, 0.0};
+}
+
+std::pair<std::int64_t, double> first_non_finite(const Tensor& t) {
+  if (t.dtype() == DType::F32) return first_non_finite(t.data<float>(), t.numel());
+  if (t.dtype() == DType::F64) return first_non_finite(t.data<double>(), t.numel());
+  return {-1, 0.0};  // integers are always finite
+}
+
+}  // namespace
+
+void Module::load(const std::string& path) {
+  const SafeTensors file = load_safetensors(path);  // on the host, contiguous, checked
+  const auto params = named_parameters();
+  const std::string where = "checkpoint '" + printable(path) + "': ";
+  // All checks first: a file refused half way through would leave a model of two checkpoints.
+  for (const auto& [name, p] : params) {
+    const auto it = file.tensors.find(name);
+    if (it == file.tensors.end()) throw std::runtime_error(where + "missing tensor '" + printable(name) + "'");
+    const Tensor& t = it->second;
+    if (t.dtype() != p.dtype() || t.shape() != p.shape())
+      throw std::runtime_error(where + "tensor '" + printable(name) + "' is " + t.str() + " but the model expects " +
+                               p.str());
+    // A NaN loaded into a weight poisons every later output; a diverged run's checkpoint
+    // is refused here instead of surfacing as a NaN loss steps later.
+    const auto [bad, value] = first_non_finite(t);
+    if (bad >= 0)
+      throw std::runtime_error(where + "tensor '" + printable(name) + "' holds " +
+                               (std::isnan(value) ? "NaN" : value > 0 ? "+Inf" : "-Inf") + " at element " +
+                               std::to_string(bad) + " of " + std::to_string(t.numel()));
+  }
+  NoGradGuard no_grad;
+  for (const auto& [name, p] : params) {
+    Tensor dst = p;
+    dst.copy_(file.tensors.at(name));  // copy_ moves the host values to the parameter's device
   }
 }
 

@@ -3,7 +3,7 @@
 // The one idea: a Module owns Parameters (leaf tensors with requires_grad) and child
 // Modules, each under a name, so the whole model can be walked as a flat list of
 // dotted names ("blocks.3.ffn.w1.weight") — which is exactly what the optimizer updates
-// and what a safetensors checkpoint stores.
+// and what a safetensors checkpoint stores (save / load).
 #pragma once
 
 #include <cstdint>
@@ -36,6 +36,19 @@ class Module {
   void zero_grad();
   // Moves every parameter to `device` (in place: the Parameter handles stay valid).
   void to(Device device);
+
+  // Writes every parameter under its dotted name (named_parameters) to a safetensors file,
+  // atomically (save_safetensors: a temporary file renamed into place, never a half-written
+  // file). Parameters on a GPU are copied through the host. std::invalid_argument when two
+  // parameters have one name.
+  void save(const std::string& path) const;
+  // Reads such a file into the parameters, in place (the handles stay valid; a GPU
+  // parameter is copied through the host). Each parameter's tensor must be in the file with
+  // its shape and dtype and hold only finite values, else std::runtime_error naming the file
+  // and the tensor; every one is checked before any is copied, so a refused file leaves the
+  // module as it was. Tensors of the file that name no parameter are ignored: a training
+  // checkpoint also holds the optimizer's state ("<name>.adam_m", ...).
+  void load(const std::string& path);
 
  protected:
   // Registers a parameter (marked requires_grad) and returns it. The reference stays valid

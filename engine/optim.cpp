@@ -4,8 +4,11 @@
 #include <cmath>
 #include <stdexcept>
 
+#include <fmt/core.h>
+
 #include "engine/autograd.h"
 #include "engine/kernel_table.h"
+#include "engine/text_escape.h"
 
 namespace wedge {
 
@@ -102,6 +105,7 @@ bool Adam::decayed(const std::string& name) const {
 
 void Adam::step(double grad_scale) {
   NoGradGuard no_grad;
+  if (schedule_) config_.lr = schedule_->at(step_);
   ++step_;
   kernels::AdamParams hp;
   hp.lr = static_cast<float>(config_.lr);
@@ -196,6 +200,102 @@ void Adam::flatten_state(const std::map<std::string, Tensor>& tensors, std::span
   }
 }
 
+// ---- SGD ------------------------------------------------------------------------------
+
+namespace {
+
+// One parameter's update, in its own dtype (as PyTorch computes it). started: whether buf
+// holds a previous update's momentum (else it starts as this step's gradient).
+template <typename T>
+void sgd_update(T* p, const T* grad, T* buf, std::int64_t n, const SgdConfig& c, double lr, double weight_decay,
+                double grad_scale, bool started) {
+  const T rate = static_cast<T>(lr), wd = static_cast<T>(weight_decay), scale = static_cast<T>(grad_scale);
+  const T momentum = static_cast<T>(c.momentum), keep = static_cast<T>(1.0 - c.dampening);
+  for (std::int64_t i = 0; i < n; ++i) {
+    T g = grad[i] * scale;
+    if (weight_decay != 0.0) g += wd * p[i];
+    if (buf != nullptr) {
+      buf[i] = started ? momentum * buf[i] + keep * g : g;
+      g = c.nesterov ? g + momentum * buf[i] : buf[i];
+    }
+    p[i] -= rate * g;
+  }
+}
+
+void check_on_host(const std::string& name, const Tensor& p, const char* op) {
+  if (!p.device().is_cpu())
+    fail(op, "parameter '" + name + "' is " + p.str() + "; SGD updates parameters on the host (there is no SGD " +
+                 "kernel): keep them on the CPU, or use Adam");
+}
+
+}  // namespace
+
+Sgd::Sgd(std::vector<std::pair<std::string, Tensor>> params, SgdConfig config, DecayRule decays) : config_(config) {
+  if (!(config.lr >= 0) || !(config.momentum >= 0) || !(config.weight_decay >= 0))
+    fail("Sgd", fmt::format("lr {}, momentum {} and weight_decay {} must all be >= 0", config.lr, config.momentum,
+                            config.weight_decay));
+  if (config.nesterov && (config.momentum <= 0 || config.dampening != 0))
+    fail("Sgd", fmt::format("Nesterov momentum needs momentum > 0 and dampening 0, got momentum {} and dampening {}",
+                            config.momentum, config.dampening));
+  for (auto& [name, p] : params) {
+    check_on_host(name, p, "Sgd");
+    if (p.dtype() != DType::F32 && p.dtype() != DType::F64)
+      fail("Sgd", "parameter '" + name + "' is " + p.str() + "; only float32 and float64 are supported");
+    if (!p.is_contiguous()) fail("Sgd", "parameter '" + name + "' must be contiguous, got " + p.str());
+    // Plain SGD keeps no buffers at all.
+    Tensor momentum = config.momentum != 0 ? Tensor::zeros(p.shape(), p.dtype(), p.device()) : Tensor();
+    slots_.push_back({name, p, momentum, !decays || decays(name, p), false});
+  }
+}
+
+bool Sgd::decayed(const std::string& name) const {
+  for (const Slot& s : slots_)
+    if (s.name == name) return s.decay;
+  return false;
+}
+
+void Sgd::step(double grad_scale) {
+  NoGradGuard no_grad;
+  if (schedule_) config_.lr = schedule_->at(step_);
+  ++step_;
+  for (Slot& s : slots_) {
+    Tensor g = s.param.grad();
+    if (!g.defined()) continue;
+    check_on_host(s.name, s.param, "Sgd::step");  // moved to a GPU after construction
+    g = g.contiguous();
+    const double wd = s.decay ? config_.weight_decay : 0.0;
+    if (s.param.dtype() == DType::F32)
+      sgd_update(s.param.data<float>(), g.data<float>(), s.momentum.defined() ? s.momentum.data<float>() : nullptr,
+                 s.param.numel(), config_, config_.lr, wd, grad_scale, s.started);
+    else
+      sgd_update(s.param.data<double>(), g.data<double>(), s.momentum.defined() ? s.momentum.data<double>() : nullptr,
+                 s.param.numel(), config_, config_.lr, wd, grad_scale, s.started);
+    s.started = true;
+  }
+}
+
+void Sgd::zero_grad() {
+  for (Slot& s : slots_) s.param.zero_grad();
+}
+
+std::map<std::string, Tensor> Sgd::state_tensors() const {
+  std::map<std::string, Tensor> out;
+  for (const Slot& s : slots_)
+    if (s.momentum.defined()) out[s.name + ".sgd_momentum"] = s.momentum;
+  return out;
+}
+
+void Sgd::load_state(const std::map<std::string, Tensor>& tensors, std::int64_t step) {
+  // Every tensor is checked before any is copied: a bad checkpoint leaves the state as it was.
+  for (const Slot& s : slots_)
+    if (s.momentum.defined()) named_moment(tensors, s.name, s.param, ".sgd_momentum");
+  for (Slot& s : slots_) {
+    if (s.momentum.defined()) s.momentum.copy_(named_moment(tensors, s.name, s.param, ".sgd_momentum"));
+    s.started = step > 0;
+  }
+  step_ = step;
+}
+
 double grad_norm(const std::vector<Tensor>& params) {
   NoGradGuard no_grad;
   // Squares are summed on each gradient's device into one accumulator per (device, dtype),
@@ -251,9 +351,43 @@ double LrSchedule::at(std::int64_t step) const {
   if (kind == Kind::Constant) return base_lr;
   if (warmup_steps > 0 && step < warmup_steps)
     return base_lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
+  if (kind == Kind::WarmupConstant) return base_lr;
+  if (kind == Kind::WarmupInverseSqrt) {
+    // With no warm-up the decay starts from step 0 as if the warm-up were one step long, so
+    // the first value is base_lr rather than a division by zero.
+    const double w = static_cast<double>(std::max<std::int64_t>(1, warmup_steps));
+    return std::max(min_lr, base_lr * std::sqrt(w / static_cast<double>(step + 1)));
+  }
   const std::int64_t decay = std::max<std::int64_t>(1, total_steps - warmup_steps);
   const double progress = std::min(1.0, static_cast<double>(step - warmup_steps) / static_cast<double>(decay));
+  // Both written from min_lr up, so the value at and after total_steps is min_lr exactly.
+  if (kind == Kind::WarmupLinear) return min_lr + (base_lr - min_lr) * (1.0 - progress);
   return min_lr + 0.5 * (base_lr - min_lr) * (1.0 + std::cos(M_PI * progress));
+}
+
+namespace {
+
+// schedule_name's names of the Warmup* kinds, the ones parse_schedule reads back.
+constexpr std::pair<const char*, LrSchedule::Kind> kScheduleNames[] = {
+    {"cosine", LrSchedule::Kind::WarmupCosine},
+    {"linear", LrSchedule::Kind::WarmupLinear},
+    {"constant", LrSchedule::Kind::WarmupConstant},
+    {"inverse-sqrt", LrSchedule::Kind::WarmupInverseSqrt},
+};
+
+}  // namespace
+
+const char* schedule_name(LrSchedule::Kind kind) {
+  if (kind == LrSchedule::Kind::Constant) return "constant";
+  for (const auto& [name, k] : kScheduleNames)
+    if (k == kind) return name;
+  return "?";
+}
+
+LrSchedule::Kind parse_schedule(const std::string& name) {
+  for (const auto& [n, kind] : kScheduleNames)
+    if (name == n) return kind;
+  throw std::invalid_argument("unknown schedule '" + printable(name) + "' (expected cosine, linear, constant or inverse-sqrt)");
 }
 
 }  // namespace wedge

@@ -1,14 +1,17 @@
-// Optimizers (Adam, AdamW), gradient clipping by global norm and learning-rate schedules.
+// Optimizers (Adam, AdamW, SGD with momentum), gradient clipping by global norm and
+// learning-rate schedules.
 //
-// The update itself is one kernel call for all parameters of a device and dtype
-// (KernelTable::adam_update, one vectorised pass); this file keeps the state (first/second moments and the step count) and the bookkeeping
-// that makes a run resumable: state_tensors() / load_state() name every moment tensor
-// after its parameter so a safetensors checkpoint can hold it.
+// Adam's update is one kernel call for all parameters of a device and dtype
+// (KernelTable::adam_update, one vectorised pass); SGD's is a loop on the host. This file
+// keeps the state (moments, momentum buffers and the step count) and the bookkeeping that
+// makes a run resumable: state_tensors() / load_state() name every state tensor after its
+// parameter so a safetensors checkpoint can hold it.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -17,6 +20,33 @@
 #include "engine/tensor.h"
 
 namespace wedge {
+
+// Learning-rate schedules: lr(step) for step = 0, 1, ...
+struct LrSchedule {
+  // New kinds go at the end: the values of the existing ones stay as they are.
+  enum class Kind { Constant, WarmupCosine, WarmupLinear, WarmupConstant, WarmupInverseSqrt };
+  Kind kind = Kind::Constant;
+  double base_lr = 1e-3;
+  std::int64_t warmup_steps = 0;
+  std::int64_t total_steps = 1;
+  double min_lr = 0.0;
+  // Constant: base_lr at every step (warm-up ignored). Every Warmup* kind first rises
+  // linearly from base_lr / warmup_steps to base_lr over the warm-up (steps 0 .. warmup_steps - 1),
+  // then:
+  //   WarmupCosine:      half a cosine from base_lr down to min_lr at total_steps (held after);
+  //   WarmupLinear:      a straight line from base_lr down to min_lr at total_steps (held after);
+  //   WarmupConstant:    base_lr;
+  //   WarmupInverseSqrt: base_lr * sqrt(w / (step + 1)) with w = max(warmup_steps, 1), never
+  //                      below min_lr (total_steps unused).
+  double at(std::int64_t step) const;
+};
+
+// "cosine", "linear", "constant", "inverse-sqrt" for the Warmup* kinds. Kind::Constant is
+// also "constant": it has the values of WarmupConstant whenever warmup_steps is 0.
+const char* schedule_name(LrSchedule::Kind kind);
+// The Warmup* kind of a name of schedule_name's (what a command line's --schedule takes);
+// std::invalid_argument for any other name.
+LrSchedule::Kind parse_schedule(const std::string& name);
 
 struct AdamConfig {
   double lr = 1e-3;
@@ -52,6 +82,11 @@ class Adam {
   double lr() const { return config_.lr; }
   std::int64_t steps() const { return step_; }
   const AdamConfig& config() const { return config_; }
+  // From now on every step() first sets the learning rate to schedule.at(steps()), the
+  // count before that step (the first update uses at(0)); set_lr is then overwritten at the
+  // next step. schedule() is the schedule set, or nullptr.
+  void set_schedule(LrSchedule schedule) { schedule_ = schedule; }
+  const LrSchedule* schedule() const { return schedule_ ? &*schedule_ : nullptr; }
 
   // "<name>.adam_m" / "<name>.adam_v" for every parameter; and the step count. (Not for a
   // sharded optimizer, which holds only part of them: see export_moments.)
@@ -87,8 +122,67 @@ class Adam {
   void check_flat(std::size_t m_size, std::size_t v_size, const char* op) const;
   std::vector<Slot> slots_;
   AdamConfig config_;
+  std::optional<LrSchedule> schedule_;
   std::int64_t step_ = 0;
   bool sharded_ = false;
+};
+
+// Stochastic gradient descent with momentum, with the semantics of torch.optim.SGD:
+//   g = grad_scale * grad + weight_decay * p          (L2 in the gradient)
+//   buf = g on a parameter's first update, else momentum * buf + (1 - dampening) * g
+//   p -= lr * (nesterov ? g + momentum * buf : buf)   (p -= lr * g when momentum is 0)
+struct SgdConfig {
+  double lr = 1e-2;
+  double momentum = 0;
+  double dampening = 0;
+  bool nesterov = false;  // needs momentum > 0 and dampening 0 (as PyTorch)
+  double weight_decay = 0;
+};
+
+// The update is a plain loop on the host, in the parameter's dtype (float32 or float64):
+// parameters must be on the CPU — a CUDA parameter is refused with std::invalid_argument
+// (there is no SGD kernel; use Adam there), at construction and at every step.
+class Sgd {
+ public:
+  // params: (name, tensor) pairs, e.g. Module::named_parameters(). Weight decay applies to
+  // the parameters `decays` accepts (all of them when it is empty). std::invalid_argument
+  // for a negative lr, momentum or weight decay, nesterov without momentum or with
+  // dampening, and a parameter that is not contiguous or not float32/float64 on the CPU.
+  Sgd(std::vector<std::pair<std::string, Tensor>> params, SgdConfig config, DecayRule decays = {});
+  // Is weight decay applied to parameter `name`? (false for unknown names)
+  bool decayed(const std::string& name) const;
+  // One update of every parameter that has a gradient (the others, and their momentum,
+  // are left as they are). Every gradient is multiplied by grad_scale first, as in Adam.
+  void step(double grad_scale = 1.0);
+  void zero_grad();
+  void set_lr(double lr) { config_.lr = lr; }
+  double lr() const { return config_.lr; }
+  std::int64_t steps() const { return step_; }
+  const SgdConfig& config() const { return config_; }
+  // As Adam's: step() first sets lr = schedule.at(steps()).
+  void set_schedule(LrSchedule schedule) { schedule_ = schedule; }
+  const LrSchedule* schedule() const { return schedule_ ? &*schedule_ : nullptr; }
+
+  // "<name>.sgd_momentum" for every parameter (none when momentum is 0: plain SGD has no
+  // state but the step count). load_state takes them back with Adam::load_state's checks,
+  // and counts every buffer as started when step > 0, so the next update is
+  // momentum * buf + (1 - dampening) * g. (Only a parameter that had no gradient in any of
+  // the first `step` steps differs from PyTorch then, and only with dampening != 0:
+  // PyTorch would start its buffer at g.)
+  std::map<std::string, Tensor> state_tensors() const;
+  void load_state(const std::map<std::string, Tensor>& tensors, std::int64_t step);
+
+ private:
+  struct Slot {
+    std::string name;
+    Tensor param, momentum;  // momentum: the parameter's shape; undefined when config.momentum is 0
+    bool decay = true;
+    bool started = false;  // has the momentum buffer been set by an update (or loaded)?
+  };
+  std::vector<Slot> slots_;
+  SgdConfig config_;
+  std::optional<LrSchedule> schedule_;
+  std::int64_t step_ = 0;
 };
 
 // The global L2 norm of all gradients (parameters without one are skipped).
@@ -100,17 +194,5 @@ double clip_scale(double norm, double max_norm);
 // before clipping. (A training loop can instead pass clip_scale(grad_norm(...)) to
 // Adam::step, which avoids rewriting the gradients.)
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
-
-// Learning-rate schedules: lr(step) for step = 0, 1, ...
-struct LrSchedule {
-  enum class Kind { Constant, WarmupCosine } kind = Kind::Constant;
-  double base_lr = 1e-3;
-  std::int64_t warmup_steps = 0;
-  std::int64_t total_steps = 1;
-  double min_lr = 0.0;
-  // Constant: base_lr. WarmupCosine: linear from base_lr/warmup to base_lr over the
-  // warm-up, then half a cosine from base_lr down to min_lr at total_steps (held after).
-  double at(std::int64_t step) const;
-};
 
 }  // namespace wedge

@@ -1,7 +1,7 @@
 // Neural-network ops with their own kernels: embedding, softmax / log_softmax,
 // cross-entropy, layer norm and dropout. Each forward saves exactly what its backward
 // kernel needs (cross-entropy keeps one log-sum-exp per row, never a probability tensor;
-// dropout keeps nothing but its (seed, offset)).
+// dropout keeps nothing but its (seed, offset)). And mse_loss, composed of other ops.
 #include "ops/common.h"
 #include "ops/ops.h"
 
@@ -132,6 +132,24 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int igno
                      });
                      return {gl};
                    });
+}
+
+// ---- mean squared error -------------------------------------------------------------------------
+
+Tensor mse_loss(const Tensor& pred, const Tensor& target) {
+  check_floating("mse_loss", pred, "pred");
+  check_floating("mse_loss", target, "target");
+  // Equal shapes, not broadcasting: a (N, 1) prediction against (N) targets would
+  // broadcast to (N, N) and quietly average the wrong differences.
+  if (pred.shape() != target.shape())
+    fail("mse_loss", "pred " + shape_str(pred.shape()) + " and target " + shape_str(target.shape()) +
+                         " must have the same shape");
+  check_same("mse_loss", {pred, target});
+  if (pred.numel() == 0) fail("mse_loss", "pred and target " + shape_str(pred.shape()) + " hold no elements");
+  // Composed of differentiable ops, so autograd gives d/dpred = 2 (pred - target) / n and
+  // its negative to target (when it requires a gradient) without a kernel of its own.
+  const Tensor d = sub(pred, target);
+  return mean(mul(d, d));
 }
 
 // ---- layer norm --------------------------------------------------------------------------------

@@ -60,6 +60,11 @@ Tensor sum(const Tensor& x, const std::vector<int>& dims, bool keepdim = false);
 Tensor mean(const Tensor& x);
 Tensor mean(const Tensor& x, const std::vector<int>& dims, bool keepdim = false);
 Tensor max(const Tensor& x, int dim, bool keepdim = false);
+// The int32 index of the maximum along dim (negative dims count from the end), that axis
+// removed from the shape. Ties go to the first index; a NaN counts as larger than every
+// number, so a slice holding one gives the index of its first NaN (as torch.argmax). Not
+// differentiable: the result never requires a gradient. An empty axis is an error.
+Tensor argmax(const Tensor& x, int dim);
 // Sums a broadcast gradient back down to `shape` (the adjoint of expand).
 Tensor sum_to(const Tensor& x, const Shape& shape);
 
@@ -86,6 +91,9 @@ Tensor log_softmax(const Tensor& x, int dim);
 // logits (N, V) (or (..., V), flattened), targets int32 (N) (or (...)). Mean NLL over
 // targets != ignore_index; a scalar.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int ignore_index = -100);
+// Mean of (pred - target)^2 over all elements; a scalar. pred and target of one shape (no
+// broadcasting), dtype and device; differentiable in both.
+Tensor mse_loss(const Tensor& pred, const Tensor& target);
 // Normalises the last axis; gamma/beta (D) or undefined.
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps = 1e-5);
 // Inverted dropout. The mask of element i is philox(seed, offset + i); callers draw

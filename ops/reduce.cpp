@@ -1,4 +1,5 @@
-// Reductions (sum, mean, max) over axes, and sum_to — the adjoint of broadcasting.
+// Reductions (sum, mean, max) over axes, argmax (no gradient), and sum_to — the adjoint of
+// broadcasting.
 #include <algorithm>
 
 #include "ops/common.h"
@@ -116,6 +117,20 @@ Tensor max(const Tensor& x, int dim_in, bool keepdim) {
         gx[(o * n + iv[o * inner + i]) * inner + i] = gv[o * inner + i];
     return {Tensor::from_vector(gx, shape).to(g.dtype()).to(g.device())};
   });
+}
+
+Tensor argmax(const Tensor& x, int dim_in) {
+  check_floating("argmax", x);
+  const int dim = wrap_dim("argmax", dim_in, x.dim());
+  // The max reduction's kernel already writes the index of each slice's first maximum
+  // (a NaN counting as the largest value); the maxima themselves are dropped. Integer
+  // indices have no gradient, so nothing is recorded, whatever x requires.
+  NoGradGuard no_grad;
+  Tensor idx;
+  reduce_axis("argmax", kernels::ReduceOp::Max, x.detach(), dim, &idx);
+  Shape s = x.shape();
+  s.erase(s.begin() + dim);
+  return idx.as_strided(s, contiguous_strides(s), 0);  // idx is fresh and packed: a view drops the axis
 }
 
 Tensor sum_to(const Tensor& x, const Shape& shape) {

@@ -5,9 +5,11 @@
 //   #include <wedge/wedge.h>
 //
 // What it brings, by room (each room's README says where to start reading):
-//   engine/  Tensor, autograd (backward, NoGradGuard), Module, AdamW, safetensors, RNG
-//   ops/     the differentiable ops (ops::matmul, ops::cross_entropy, ...) and the basic
-//            layers as Modules (nn::Linear, nn::Embedding, nn::LayerNorm, nn::Dropout)
+//   engine/  Tensor, autograd (backward, NoGradGuard), Module (save / load), AdamW and SGD
+//            with learning-rate schedules, safetensors, RNG, SHA-256
+//   ops/     the differentiable ops (ops::matmul, ops::cross_entropy, ops::mse_loss, ...),
+//            ops::argmax, and the basic layers as Modules (nn::Linear, nn::Embedding,
+//            nn::LayerNorm, nn::Dropout)
 //   models/  TransformerLM and GrassmannLM, and the causality audit
 //   data/    the WordPiece tokenizer, WikiText-2 and SNLI loaders, LM batching
 #pragma once
@@ -19,6 +21,7 @@
 #include "engine/optim.h"
 #include "engine/rng.h"
 #include "engine/safetensors.h"
+#include "engine/sha256.h"
 #include "engine/tensor.h"
 #include "engine/thread_pool.h"
 #include "ops/nn.h"

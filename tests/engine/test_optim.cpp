@@ -1,5 +1,6 @@
-// Adam / AdamW against the update rule computed by hand, clipping, schedules, and an
-// end-to-end learning test: an MLP built from Modules fits 2-D spirals.
+// Adam / AdamW and SGD against the update rules computed by hand, clipping, schedules (and
+// optimizers driven by them), and an end-to-end learning test: an MLP built from Modules
+// fits 2-D spirals.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -9,8 +10,10 @@
 #include <vector>
 
 #include "engine/optim.h"
+#include "engine/safetensors.h"
 #include "ops/nn.h"
 #include "ops/ops.h"
+#include "scratch.h"
 
 using namespace wedge;
 
@@ -323,4 +326,300 @@ TEST_CASE("a parameter's handle stays valid however many are registered after it
   REQUIRE(named.size() == 100);
   CHECK(named[0].first == "p0");
   CHECK(&named[0].second.impl() == &m.first->impl());
+}
+
+// ---- SGD ----------------------------------------------------------------------------------
+
+namespace {
+
+// One float64 parameter p = 1 through three steps with gradients 0.5, -1, 0.25 and lr 0.1;
+// the parameter after each step.
+std::vector<double> run_sgd(SgdConfig cfg, double grad_scale = 1.0) {
+  Tensor p = Tensor::from_vector<double>({1.0}, {1});
+  p.set_requires_grad(true);
+  cfg.lr = 0.1;
+  Sgd opt({{"p", p}}, cfg);
+  std::vector<double> after;
+  for (double g : {0.5, -1.0, 0.25}) {
+    p.set_grad(Tensor::from_vector<double>({g}, {1}));
+    opt.step(grad_scale);
+    after.push_back(p.item());
+  }
+  CHECK(opt.steps() == 3);
+  return after;
+}
+
+void check_steps(const std::vector<double>& got, const std::vector<double>& want) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    CAPTURE(i);
+    CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-13));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("SGD with momentum: three steps match the torch.optim.SGD rule worked by hand") {
+  // The values below are worked out on paper from
+  //   g += wd p;  buf = g (first step) or m buf + (1 - dampening) g;  p -= lr (nesterov ? g + m buf : buf).
+  SgdConfig plain;
+  // momentum 0, wd 0.1: p -= 0.1 (g + 0.1 p): 1 - 0.06; 0.94 + 0.0906; 1.0306 - 0.035306.
+  plain.weight_decay = 0.1;
+  check_steps(run_sgd(plain), {0.94, 1.0306, 0.995294});
+  SgdConfig heavy;
+  heavy.momentum = 0.9;
+  // buf 0.5, -0.55, -0.245.
+  check_steps(run_sgd(heavy), {0.95, 1.005, 1.0295});
+  SgdConfig nesterov = heavy;
+  nesterov.nesterov = true;
+  // the step is g + 0.9 buf: 0.95, -1.495, 0.0295.
+  check_steps(run_sgd(nesterov), {0.905, 1.0545, 1.05155});
+  SgdConfig decayed = heavy;
+  decayed.weight_decay = 0.1;
+  // g + 0.1 p = 0.6, -0.906, 0.34766; buf 0.6, -0.366, 0.01826.
+  check_steps(run_sgd(decayed), {0.94, 0.9766, 0.974774});
+  SgdConfig damped = heavy;
+  damped.dampening = 0.5;
+  // The first buffer is the gradient itself, undamped: 0.5; then 0.45 - 0.5 = -0.05; -0.045 + 0.125 = 0.08.
+  check_steps(run_sgd(damped), {0.95, 0.955, 0.947});
+  // grad_scale multiplies the gradient before weight decay: gradients 1, -2, 0.5 with
+  // nesterov and wd 0.1 give steps 2.09, -2.75871, 0.39867649.
+  SgdConfig scaled = nesterov;
+  scaled.weight_decay = 0.1;
+  check_steps(run_sgd(scaled, 2.0), {0.791, 1.066871, 1.027003351});
+}
+
+TEST_CASE("SGD: float32 parameters, the decay rule, parameters without a gradient, and refused configurations") {
+  Tensor w = Tensor::full({2, 2}, 1.0), b = Tensor::full({2}, 1.0), idle = Tensor::full({3}, 2.0);
+  for (Tensor* t : {&w, &b, &idle}) t->set_requires_grad(true);
+  SgdConfig cfg;
+  cfg.lr = 0.5;
+  cfg.momentum = 0.9;
+  cfg.weight_decay = 0.2;
+  Sgd opt({{"l.weight", w}, {"l.bias", b}, {"idle", idle}}, cfg, decays_by_default);
+  CHECK(opt.decayed("l.weight"));
+  CHECK_FALSE(opt.decayed("l.bias"));
+  CHECK_FALSE(opt.decayed("nothing"));
+  w.set_grad(Tensor::full({2, 2}, 0.25));
+  b.set_grad(Tensor::full({2}, 0.25));
+  opt.step();
+  // weight: 1 - 0.5 (0.25 + 0.2) = 0.775; bias, not decayed: 1 - 0.125 = 0.875; idle has no
+  // gradient and is left alone (so is its momentum).
+  for (float v : w.to_vector<float>()) CHECK(v == doctest::Approx(0.775).epsilon(1e-6));
+  for (float v : b.to_vector<float>()) CHECK(v == 0.875f);
+  for (float v : idle.to_vector<float>()) CHECK(v == 2.0f);
+  for (float v : opt.state_tensors().at("idle.sgd_momentum").to_vector<float>()) CHECK(v == 0.0f);
+  CHECK(opt.state_tensors().at("l.bias.sgd_momentum").to_vector<float>() == std::vector<float>{0.25f, 0.25f});
+  opt.zero_grad();
+  CHECK_FALSE(w.grad().defined());
+
+  // Plain SGD keeps no state.
+  Sgd plain({{"w", w}}, SgdConfig{});
+  CHECK(plain.state_tensors().empty());
+
+  SgdConfig bad;
+  bad.nesterov = true;  // without momentum
+  CHECK_THROWS_WITH_AS(Sgd({{"w", w}}, bad), doctest::Contains("Nesterov momentum needs momentum > 0"), std::invalid_argument);
+  bad.momentum = 0.9;
+  bad.dampening = 0.1;
+  CHECK_THROWS_AS(Sgd({{"w", w}}, bad), std::invalid_argument);
+  SgdConfig negative;
+  negative.lr = -1;
+  CHECK_THROWS_WITH_AS(Sgd({{"w", w}}, negative), "Sgd: lr -1, momentum 0 and weight_decay 0 must all be >= 0", std::invalid_argument);
+  Tensor ids = Tensor::from_vector<std::int32_t>({1, 2}, {2});
+  CHECK_THROWS_WITH_AS(Sgd({{"ids", ids}}, SgdConfig{}), doctest::Contains("parameter 'ids' is int32(2,)"), std::invalid_argument);
+}
+
+TEST_CASE("SGD state round trip: a resumed optimizer takes the same steps bit for bit") {
+  auto make = [] {
+    std::vector<std::pair<std::string, Tensor>> params = {
+        {"a.weight", Tensor::from_vector<float>({0.1f, -0.2f, 0.3f, 0.4f, -0.5f, 0.6f}, {2, 3})},
+        {"a.bias", Tensor::from_vector<float>({1.0f, -1.0f}, {2})}};
+    for (auto& [name, p] : params) p.set_requires_grad(true);
+    return params;
+  };
+  auto gradients = [](int step, const std::vector<std::pair<std::string, Tensor>>& params) {
+    int k = 0;
+    for (const auto& [name, p] : params) {
+      std::vector<float> g(static_cast<std::size_t>(p.numel()));
+      for (float& x : g) x = std::sin(0.9f * static_cast<float>(++k) + static_cast<float>(step));
+      Tensor(p).set_grad(Tensor::from_vector(g, p.shape()));
+    }
+  };
+  SgdConfig cfg;
+  cfg.lr = 0.05;
+  cfg.momentum = 0.8;
+  cfg.dampening = 0.25;
+  cfg.weight_decay = 0.01;
+  auto params = make();
+  Sgd opt(params, cfg, decays_by_default);
+  for (int step = 0; step < 2; ++step) {
+    gradients(step, params);
+    opt.step();
+  }
+  // Through a file, as a checkpoint would take them.
+  testing::ScratchDir dir("sgd-state");
+  std::map<std::string, Tensor> state = opt.state_tensors();
+  CHECK(state.size() == 2);
+  for (const auto& [name, p] : params) state[name] = p;
+  save_safetensors(dir.str("ckpt.safetensors"), state);
+  const SafeTensors file = load_safetensors(dir.str("ckpt.safetensors"));
+
+  auto resumed_params = make();
+  for (auto& [name, p] : resumed_params) p.copy_(file.tensors.at(name));
+  Sgd resumed(resumed_params, cfg, decays_by_default);
+  resumed.load_state(file.tensors, opt.steps());
+  CHECK(resumed.steps() == 2);
+  for (int step = 2; step < 4; ++step) {
+    gradients(step, params);
+    gradients(step, resumed_params);
+    opt.step();
+    resumed.step();
+  }
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const std::vector<float> a = params[i].second.to_vector<float>(), b = resumed_params[i].second.to_vector<float>();
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  }
+  // A missing or reshaped buffer is one error naming it, and changes nothing.
+  std::map<std::string, Tensor> missing = file.tensors, reshaped = file.tensors;
+  missing.erase("a.bias.sgd_momentum");
+  reshaped["a.weight.sgd_momentum"] = Tensor::zeros({3, 2});
+  const std::vector<float> before = resumed.state_tensors().at("a.bias.sgd_momentum").to_vector<float>();
+  CHECK_THROWS_WITH(resumed.load_state(missing, 9), doctest::Contains("missing tensor 'a.bias.sgd_momentum'"));
+  CHECK_THROWS_WITH(resumed.load_state(reshaped, 9), doctest::Contains("'a.weight.sgd_momentum' is float32(3, 2)"));
+  CHECK(resumed.steps() == 4);
+  CHECK(resumed.state_tensors().at("a.bias.sgd_momentum").to_vector<float>() == before);
+}
+
+// ---- schedules ----------------------------------------------------------------------------
+
+TEST_CASE("schedules: warm-up then linear, constant and inverse square root") {
+  LrSchedule s;
+  s.base_lr = 1.0;
+  s.warmup_steps = 4;
+  s.total_steps = 14;
+  s.min_lr = 0.1;
+  // The warm-up is shared: 0.25, 0.5, 0.75, 1 over steps 0-3.
+  for (auto kind : {LrSchedule::Kind::WarmupLinear, LrSchedule::Kind::WarmupConstant, LrSchedule::Kind::WarmupInverseSqrt}) {
+    s.kind = kind;
+    CAPTURE(schedule_name(kind));
+    CHECK(s.at(0) == doctest::Approx(0.25));
+    CHECK(s.at(1) == doctest::Approx(0.5));
+    CHECK(s.at(3) == doctest::Approx(1.0));
+  }
+  s.kind = LrSchedule::Kind::WarmupLinear;  // from 1 at step 4 to 0.1 at step 14: 0.09 a step
+  CHECK(s.at(4) == doctest::Approx(1.0));
+  CHECK(s.at(9) == doctest::Approx(0.55));
+  CHECK(s.at(13) == doctest::Approx(0.19));
+  CHECK(s.at(14) == 0.1);  // exactly min_lr at the end, and held
+  CHECK(s.at(1000) == 0.1);
+  s.kind = LrSchedule::Kind::WarmupConstant;
+  CHECK(s.at(4) == 1.0);
+  CHECK(s.at(14) == 1.0);
+  CHECK(s.at(1000) == 1.0);
+  s.kind = LrSchedule::Kind::WarmupInverseSqrt;  // sqrt(4 / (step + 1))
+  CHECK(s.at(4) == doctest::Approx(std::sqrt(0.8)));
+  CHECK(s.at(15) == doctest::Approx(0.5));
+  CHECK(s.at(99) == doctest::Approx(0.2));
+  CHECK(s.at(399) == 0.1);  // 4 / 400: sqrt is 0.1 -- and never less
+  CHECK(s.at(100000) == 0.1);
+  // Without warm-up the decay runs from step 0 as if the warm-up were one step.
+  s.warmup_steps = 0;
+  s.min_lr = 0.0;
+  CHECK(s.at(0) == 1.0);
+  CHECK(s.at(3) == doctest::Approx(0.5));
+  CHECK(s.at(8) == doctest::Approx(1.0 / 3.0));
+  s.kind = LrSchedule::Kind::WarmupLinear;  // no warm-up: 1 at step 0 down to 0 at step 14
+  CHECK(s.at(0) == 1.0);
+  CHECK(s.at(7) == doctest::Approx(0.5));
+}
+
+TEST_CASE("schedules: the cosine and constant values are the ones runs were trained with") {
+  // Bit for bit what LrSchedule::at returned before the new kinds (a resumed run must see the
+  // same learning rates): the expressions written out here.
+  LrSchedule s{.kind = LrSchedule::Kind::WarmupCosine, .base_lr = 3e-4, .warmup_steps = 7, .total_steps = 53, .min_lr = 3e-5};
+  for (std::int64_t step = 0; step < 80; ++step) {
+    double want;
+    if (step < 7) {
+      want = 3e-4 * static_cast<double>(step + 1) / 7.0;
+    } else {
+      const double progress = std::min(1.0, static_cast<double>(step - 7) / 46.0);
+      want = 3e-5 + 0.5 * (3e-4 - 3e-5) * (1.0 + std::cos(M_PI * progress));
+    }
+    CAPTURE(step);
+    CHECK(s.at(step) == want);
+  }
+  LrSchedule c{.kind = LrSchedule::Kind::Constant, .base_lr = 0.3, .warmup_steps = 10};
+  CHECK(c.at(0) == 0.3);  // Constant ignores the warm-up
+  CHECK(c.at(1000) == 0.3);
+}
+
+TEST_CASE("schedule names: parse_schedule reads schedule_name's, and names the choices otherwise") {
+  for (auto kind : {LrSchedule::Kind::WarmupCosine, LrSchedule::Kind::WarmupLinear, LrSchedule::Kind::WarmupConstant,
+                    LrSchedule::Kind::WarmupInverseSqrt})
+    CHECK(parse_schedule(schedule_name(kind)) == kind);
+  CHECK(std::string(schedule_name(LrSchedule::Kind::WarmupCosine)) == "cosine");
+  CHECK(std::string(schedule_name(LrSchedule::Kind::WarmupInverseSqrt)) == "inverse-sqrt");
+  CHECK(std::string(schedule_name(LrSchedule::Kind::Constant)) == "constant");
+  CHECK(parse_schedule("linear") == LrSchedule::Kind::WarmupLinear);
+  CHECK_THROWS_WITH_AS(parse_schedule("cosin"),
+                       "unknown schedule 'cosin' (expected cosine, linear, constant or inverse-sqrt)",
+                       std::invalid_argument);
+  CHECK_THROWS_AS(parse_schedule(""), std::invalid_argument);
+}
+
+TEST_CASE("an optimizer with a schedule applies exactly the learning rates of a manual set_lr loop") {
+  LrSchedule sched{.kind = LrSchedule::Kind::WarmupCosine, .base_lr = 0.1, .warmup_steps = 2, .total_steps = 5, .min_lr = 0.01};
+  auto make = [] {
+    Tensor p = Tensor::from_vector<float>({0.5f, -1.5f, 2.0f}, {3});
+    p.set_requires_grad(true);
+    return p;
+  };
+  auto grad = [](int step) {
+    return Tensor::from_vector<float>({0.3f * static_cast<float>(step + 1), -0.7f, 0.1f / static_cast<float>(step + 1)}, {3});
+  };
+  auto same_bits = [](const Tensor& a, const Tensor& b) {
+    const std::vector<float> x = a.to_vector<float>(), y = b.to_vector<float>();
+    return std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+  };
+  {
+    Tensor scheduled = make(), manual = make();
+    Adam with({{"p", scheduled}}, AdamConfig{});
+    Adam without({{"p", manual}}, AdamConfig{});
+    CHECK(with.schedule() == nullptr);
+    with.set_schedule(sched);
+    REQUIRE(with.schedule() != nullptr);
+    CHECK(with.schedule()->total_steps == 5);
+    for (int step = 0; step < 5; ++step) {
+      scheduled.set_grad(grad(step));
+      manual.set_grad(grad(step));
+      with.step();
+      without.set_lr(sched.at(step));
+      without.step();
+      CAPTURE(step);
+      CHECK(with.lr() == sched.at(step));  // the rate of the step just taken
+      CHECK(same_bits(scheduled, manual));
+    }
+    CHECK(with.steps() == 5);
+    // The learning rates differ from step to step: the schedule did something.
+    CHECK(sched.at(0) != sched.at(3));
+  }
+  {
+    SgdConfig cfg;
+    cfg.momentum = 0.9;
+    Tensor scheduled = make(), manual = make();
+    Sgd with({{"p", scheduled}}, cfg);
+    Sgd without({{"p", manual}}, cfg);
+    with.set_schedule(sched);
+    with.set_lr(123.0);  // overwritten by the schedule at the next step
+    for (int step = 0; step < 5; ++step) {
+      scheduled.set_grad(grad(step));
+      manual.set_grad(grad(step));
+      with.step();
+      without.set_lr(sched.at(step));
+      without.step();
+      CAPTURE(step);
+      CHECK(same_bits(scheduled, manual));
+    }
+  }
 }

@@ -137,3 +137,78 @@ TEST_CASE("linear_gelu equals gelu(linear) in value and gradient, float32 on the
         CHECK(got[t][i] == doctest::Approx(ref[t][i]).epsilon(1e-5).scale(1.0));
   }
 }
+
+TEST_CASE("mse_loss by hand, its gradients, and its shape check") {
+  // differences 1, 0, -2, 0.5: squares 1, 0, 4, 0.25, mean 5.25 / 4.
+  Tensor pred = f64({1, 2, 3, 4}, {2, 2}), target = f64({0, 2, 5, 3.5}, {2, 2});
+  pred.set_requires_grad(true);
+  target.set_requires_grad(true);
+  Tensor loss = ops::mse_loss(pred, target);
+  CHECK(loss.shape().empty());
+  CHECK(loss.item() == 1.3125);
+  loss.backward();
+  // d/dpred = 2 (pred - target) / 4, and its negative for target.
+  CHECK(vals(pred.grad()) == std::vector<double>{0.5, 0.0, -1.0, 0.25});
+  CHECK(vals(target.grad()) == std::vector<double>{-0.5, 0.0, 1.0, -0.25});
+  // float32, a target without gradient, a non-contiguous prediction.
+  Tensor p32 = ops::transpose(Tensor::from_vector<float>({1, 3, 2, 4}, {2, 2}), 0, 1);  // (1, 2; 3, 4)
+  CHECK(ops::mse_loss(p32, Tensor::from_vector<float>({1, 2, 3, 6}, {2, 2})).item() == 1.0);  // (0 + 0 + 0 + 4) / 4
+  // Shapes must be equal: (3, 1) against (3,) would broadcast to (3, 3).
+  CHECK_THROWS_WITH_AS(ops::mse_loss(Tensor::zeros({3, 1}), Tensor::zeros({3})),
+                       "mse_loss: pred (3, 1) and target (3,) must have the same shape", std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ops::mse_loss(Tensor::zeros({2}), Tensor::zeros({2}, DType::F64)),
+                       doctest::Contains("mse_loss: tensors of different dtypes"), std::invalid_argument);
+  CHECK_THROWS_AS(ops::mse_loss(Tensor::zeros({0, 2}), Tensor::zeros({0, 2})), std::invalid_argument);
+}
+
+namespace {
+std::vector<std::int32_t> ints(const Tensor& t) { return t.to_vector<std::int32_t>(); }
+}  // namespace
+
+TEST_CASE("argmax by hand: 1-D, the middle and negative dims of a 3-D tensor, ties to the first") {
+  Tensor v = f64({3, 7, 1, 7, -2}, {5});
+  Tensor a = ops::argmax(v, 0);
+  CHECK(a.dtype() == DType::I32);
+  CHECK(a.shape().empty());
+  CHECK(ints(a) == std::vector<std::int32_t>{1});  // 7 twice: the first
+  CHECK(ints(ops::argmax(v, -1)) == std::vector<std::int32_t>{1});
+  // x (2, 3, 2):  batch 0 rows (1, 9) (5, 2) (3, 4);  batch 1 rows (-4, -1) (6, -3) (6, 8).
+  Tensor x = Tensor::from_vector<float>({1, 9, 5, 2, 3, 4, -4, -1, 6, -3, 6, 8}, {2, 3, 2});
+  Tensor mid = ops::argmax(x, 1);  // down each column of a batch
+  CHECK(mid.shape() == Shape{2, 2});
+  CHECK(ints(mid) == std::vector<std::int32_t>{1, 0, 1, 2});  // batch 1, column 0: 6 at rows 1 and 2 -> 1
+  Tensor last = ops::argmax(x, -1);  // along each row
+  CHECK(last.shape() == Shape{2, 3});
+  CHECK(ints(last) == std::vector<std::int32_t>{1, 0, 1, 1, 0, 1});
+  Tensor first = ops::argmax(x, -3);  // batch 0 against batch 1
+  CHECK(first.shape() == Shape{3, 2});
+  CHECK(ints(first) == std::vector<std::int32_t>{0, 0, 1, 0, 1, 1});
+  CHECK(ints(ops::argmax(x, 0)) == ints(first));
+  // A non-contiguous view: the transpose of a batch's rows, so dim 0 of the view is dim 1.
+  CHECK(ints(ops::argmax(ops::transpose(x, 1, 2), 2)) == ints(mid));
+  // All equal: index 0.
+  CHECK(ints(ops::argmax(Tensor::full({2, 4}, 1.5), 1)) == std::vector<std::int32_t>{0, 0});
+  // An axis of size 1 and an empty other axis.
+  CHECK(ints(ops::argmax(Tensor::randn({3, 1}, 5), 1)) == std::vector<std::int32_t>{0, 0, 0});
+  CHECK(ops::argmax(Tensor::zeros({0, 3}), 1).shape() == Shape{0});
+}
+
+TEST_CASE("argmax with NaN and infinities, no gradient, and its errors") {
+  const double nan = std::nan(""), inf = HUGE_VAL;
+  // A NaN counts as larger than every number: the first NaN's index, as torch.argmax.
+  Tensor x = f64({1, nan, 5, nan, -inf, -inf, inf, 2, -inf, -inf, -inf, -inf}, {3, 4});
+  CHECK(ints(ops::argmax(x, 1)) == std::vector<std::int32_t>{1, 2, 0});  // +inf wins; all -inf: the first
+  CHECK(ints(ops::argmax(x.to(DType::F32), 1)) == std::vector<std::int32_t>{1, 2, 0});
+  CHECK(ints(ops::argmax(x, 0)) == std::vector<std::int32_t>{0, 0, 1, 0});
+  // Integer indices have no gradient: nothing is recorded, whatever the input requires.
+  Tensor w = Tensor::randn({4, 3}, 9);
+  w.set_requires_grad(true);
+  Tensor i = ops::argmax(w, 0);
+  CHECK_FALSE(i.requires_grad());
+  CHECK(i.grad_fn() == nullptr);
+  CHECK_THROWS_WITH_AS(ops::argmax(w, 2), "argmax: dim 2 out of range for a 2-d tensor", std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ops::argmax(w, -3), doctest::Contains("dim -3 out of range"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ops::argmax(Tensor::zeros({2, 0}), 1), doctest::Contains("argmax: cannot take the max over an empty axis"),
+                       std::invalid_argument);
+  CHECK_THROWS_AS(ops::argmax(Tensor::from_vector<std::int32_t>({1, 2}, {2}), 0), std::invalid_argument);
+}

@@ -127,6 +127,11 @@ std::vector<OpCase> cases() {
     const Tensor t = ids_tensor({1, 0, 2, 2, 1, 0}, {2, 3});
     gradcheck("cross_entropy 3-D", [t](const V& x) { return ops::cross_entropy(x[0], t); }, {input({2, 3, 3}, 68)});
   });
+  add("mse_loss", "both inputs", [] { gradcheck("mse_loss", [](const V& x) { return ops::mse_loss(x[0], x[1]); }, {input({3, 4}, 78), input({3, 4}, 79)}); });
+  add("mse_loss", "strided pred, constant target", [] {
+    const Tensor t = Tensor::randn({4, 3}, 77, 0, 1, DType::F64);
+    gradcheck("mse_loss strided", [t](const V& x) { return ops::mse_loss(x[0], t); }, {input({4, 3}, 76, true)});
+  });
   add("layer_norm", "affine", [] { gradcheck("layer_norm", [](const V& x) { return ops::layer_norm(x[0], x[1], x[2], 1e-5); }, {input({3, 6}, 69), input({6}, 70, false, 1.0), input({6}, 71)}); });
   add("layer_norm", "no affine, strided", [] { gradcheck("layer_norm plain", [](const V& x) { return ops::layer_norm(x[0], Tensor(), Tensor(), 1e-5); }, {input({4, 3}, 72, true)}); });
   add("layer_norm", "D = 1", [] { gradcheck("layer_norm D=1", [](const V& x) { return ops::layer_norm(x[0], x[1], x[2], 1e-5); }, {input({3, 1}, 73), input({1}, 74), input({1}, 75)}); });
