@@ -31,6 +31,7 @@
 #include "engine/precision.h"
 #include "tools/commands.h"
 #include "tools/corpus.h"
+#include "tools/run_continuation.h"
 #include "tools/generation.h"
 #include "tools/model_flags.h"
 #include "tools/trainer.h"
@@ -75,27 +76,27 @@ std::string read_prompt(const GenerateArgs& a, bool prompt_given) {
 // WordPiece continuation glues to the word before), so each token prints what it adds.
 class LivePrinter {
  public:
-  LivePrinter(const Corpus& corpus, std::vector<std::int32_t> tokens) : corpus_(corpus), tokens_(std::move(tokens)) {
-    printed_ = corpus_.decode(tokens_);
+  LivePrinter(const TextCodec& codec, std::vector<std::int32_t> tokens) : codec_(codec), tokens_(std::move(tokens)) {
+    printed_ = codec_.decode(tokens_);
     std::fputs(printed_.c_str(), stdout);
     std::fflush(stdout);
   }
   void add(std::int32_t id) {
     tokens_.push_back(id);
-    const std::string text = corpus_.decode(tokens_);
+    const std::string text = codec_.decode(tokens_);
     if (text.compare(0, printed_.size(), printed_) != 0) return;  // changed within: wait until it grows again
     std::fputs(text.c_str() + printed_.size(), stdout);
     std::fflush(stdout);
     printed_ = text;
   }
   void finish() {
-    const std::string text = corpus_.decode(tokens_);
+    const std::string text = codec_.decode(tokens_);
     if (text != printed_) std::fputs(("\n" + text).c_str(), stdout);
     std::fputs("\n", stdout);
   }
 
  private:
-  const Corpus& corpus_;
+  const TextCodec& codec_;
   std::vector<std::int32_t> tokens_;
   std::string printed_;
 };
@@ -109,10 +110,8 @@ void run_generate(const GenerateArgs& a, bool prompt_given) {
   LoadedRun run = load_run(a.run_dir, a.checkpoint, Device::parse(a.device));
   const Precision precision = parse_precision(json_field(run.settings, "precision", std::string("fp32")));
   const MatmulPrecisionGuard precision_scope(precision);  // in the precision the run was trained in
-  CorpusSpec spec = CorpusSpec::read_from(run.settings);
-  spec.load_train = false;
-  const Corpus corpus = load_corpus(spec);
-  const std::vector<std::int32_t> prompt = corpus.encode(read_prompt(a, prompt_given));
+  const TextCodec codec = run_codec(a.run_dir, run.settings);  // the run's vocab.txt: no corpus is read
+  const std::vector<std::int32_t> prompt = codec.encode(read_prompt(a, prompt_given));
   if (prompt.empty()) throw std::runtime_error("the prompt encodes to no tokens; give some text");
   const std::int64_t block = run.config.block;
   const bool bounded = run.config.positions == "learned";
@@ -124,11 +123,11 @@ void run_generate(const GenerateArgs& a, bool prompt_given) {
   o.top_k = a.top_k;
   o.top_p = a.top_p;
   o.seed = a.seed;
-  o.never = corpus.never_sampled;
+  o.never = codec.never_sampled;
   GenerationStats stats;
   const bool live = !a.json && a.samples == 1;
   std::unique_ptr<LivePrinter> printer;
-  if (live) printer = std::make_unique<LivePrinter>(corpus, prompt);
+  if (live) printer = std::make_unique<LivePrinter>(codec, prompt);
   const auto samples = generate(*run.model, prompt, a.max_new, a.samples, o,
                                 [&](std::int64_t, std::int32_t id) {
                                   if (printer) printer->add(id);
@@ -157,12 +156,12 @@ void run_generate(const GenerateArgs& a, bool prompt_given) {
                      {"decode_tokens_per_s", ms_per_token > 0 ? 1e3 * double(stats.samples) / ms_per_token : 0},
                      {"state_bytes", stats.state_bytes},      {"refills", stats.refills},
                      {"precision", precision_name(precision)}};
-    for (const auto& s : samples) j["samples"].push_back({{"text", corpus.decode(s)}, {"tokens", s}});
+    for (const auto& s : samples) j["samples"].push_back({{"text", codec.decode(s)}, {"tokens", s}});
     if (a.check) j["check"] = {{"positions", checked}, {"largest_relative_difference", mismatch}, {"limit", limit}};
     fmt::print("{}\n", j.dump());
   } else {
     if (!live)
-      for (std::size_t i = 0; i < samples.size(); ++i) fmt::print("[{}] {}\n", i, corpus.decode(samples[i]));
+      for (std::size_t i = 0; i < samples.size(); ++i) fmt::print("[{}] {}\n", i, codec.decode(samples[i]));
     if (stats.refills > 0)
       fmt::print(stderr, "note: the context filled {} time(s); each time the latest {} tokens were read again (the "
                  "learned positions end at --block {})\n", stats.refills, std::max<std::int64_t>(1, block / 2), block);

@@ -27,6 +27,7 @@
 #include "tools/model_flags.h"
 #include "tools/nli_task.h"
 #include "tools/plot.h"
+#include "tools/run_continuation.h"
 #include "tools/trainer.h"
 #include "tools/training_support.h"
 
@@ -70,8 +71,6 @@ void print_dependency_table(const nlohmann::json& d) {
   fmt::print("\n");
 }
 
-// The corpus a run was trained on, as its config.json records it.
-CorpusSpec corpus_spec_of(const LoadedRun& run) { return CorpusSpec::read_from(run.settings); }
 
 double peak_rss_mb() {
   rusage ru{};
@@ -144,8 +143,16 @@ void register_train(CLI::App& app) {
   add_nli_flags(cmd, *nli);
   cmd->add_option("--epochs", st->epochs, "Passes over the training split")->capture_default_str();
   cmd->add_option("--batch", st->batch, "Sequences per step")->capture_default_str();
-  cmd->add_option("--lr", st->lr, "Peak learning rate (AdamW; linear warm-up, then cosine decay)")->capture_default_str();
-  cmd->add_option("--min-lr-ratio", st->min_lr_ratio, "The cosine ends at lr x this")->capture_default_str();
+  cmd->add_option("--lr", st->lr, "Peak learning rate (AdamW; linear warm-up, then --schedule)")->capture_default_str();
+  cmd->add_option("--schedule", st->schedule,
+                  "After the warm-up: cosine or linear decay to the minimum, constant, or inverse-sqrt (lr x "
+                  "sqrt(warm-up / step), not below the minimum)")
+      ->check(CLI::IsMember({"cosine", "linear", "constant", "inverse-sqrt"}))
+      ->capture_default_str();
+  auto* min_lr_ratio =
+      cmd->add_option("--min-lr-ratio", st->min_lr_ratio, "The schedule's minimum is lr x this")->capture_default_str();
+  cmd->add_option("--min-lr", st->min_lr, "The schedule's minimum learning rate (instead of --min-lr-ratio)")
+      ->excludes(min_lr_ratio);
   cmd->add_option("--warmup", st->warmup, "Warm-up steps (-1: 5% of the run)")->capture_default_str();
   cmd->add_option("--weight-decay", st->weight_decay, "AdamW decoupled weight decay")->capture_default_str();
   cmd->add_option("--clip", st->clip, "Clip the global gradient norm to this")->capture_default_str();
@@ -171,15 +178,27 @@ void register_train(CLI::App& app) {
                   "(default 600, or WEDGE_COMM_TIMEOUT; 0: forever)");
   cmd->add_option("--out", st->out, "Run directory (checkpoints, config, metrics)")->required();
   cmd->add_option("--device", st->device, "cpu or cuda[:N]")->capture_default_str();
-  cmd->add_option("--precision", st->precision, "Precision of the matrix products: fp32, or bf16 (mixed precision: GEMM operands rounded to bfloat16, fp32 accumulation, fp32 weights, optimizer and every other op)" " (a resumed run keeps its own)")
+  cmd->add_option("--precision", st->precision, "Precision of the matrix products: fp32, or bf16 (mixed precision: GEMM operands rounded to bfloat16, fp32 accumulation, fp32 weights, optimizer and every other op)" "; a run keeps the precision it began with")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
-  cmd->add_flag("--resume", st->resume, "Continue the run in --out exactly where it stopped");
+  cmd->add_flag("--resume", st->resume,
+                "Continue the run in --out exactly where it stopped, with its own settings (a flag naming another value "
+                "is refused; only --epochs and --max-steps may make it longer)");
+  cmd->add_option("--init-from", st->init_from,
+                  "Start a new run from the weights of RUN[:best|last] (default best): a fresh optimizer and schedule, "
+                  "data of its own, the parent's sizes and vocabulary (fine-tuning)")
+      ->excludes("--resume");
   cmd->add_flag("--overwrite", st->overwrite, "Replace the run already in --out (without it, such a folder is refused)")
       ->excludes("--resume");
   cmd->add_flag("--json", st->json, "Progress on stderr; last stdout line is one JSON object with the results");
   cmd->callback([flags, st, nli, cmd] {
-    if (nli->task == "nli") return train_nli_task(cmd, *flags, *st, *nli);
+    for (const CLI::Option* o : cmd->get_options())
+      if (o->count() > 0 && !o->get_lnames().empty()) st->given.insert("--" + o->get_lnames().front());
+    if (nli->task == "nli") {
+      for (const char* flag : {"--init-from", "--schedule", "--min-lr"})
+        if (cmd->count(flag) > 0) throw CLI::ValidationError(flag, "is for language models (--task lm) for now");
+      return train_nli_task(cmd, *flags, *st, *nli);
+    }
     check_task_flags(cmd, "lm");
     if (st->corpus.data == "snli") throw CLI::ValidationError("--data", "snli is read by --task nli");
     models::LMConfig cfg = flags->values;
@@ -189,15 +208,25 @@ void register_train(CLI::App& app) {
         if (cmd->count(flag) > 0) throw CLI::ValidationError(flag, "is for --data text only");
     if (flags->no_mix_out_proj) cfg.mix_out_proj = false;
     const bool synthetic = st->corpus.data.empty() || st->corpus.data == "synthetic";
-    if (synthetic && cmd->count("--block") == 0 && !st->resume) cfg.block = 64;  // the built-in default job
+    const bool fresh_sizes = !st->resume && st->init_from.empty();  // a resumed or started-from run has its sizes
+    if (!st->init_from.empty() && cmd->count("--block") == 0) {
+      // A fine-tune trains on blocks as long as its parent's, unless told otherwise.
+      const ParentRun parent = parse_init_from(st->init_from);
+      check_parent_files(parent);
+      cfg.block = json_field(read_json_file(parent.dir + "/config.json").value("train", nlohmann::json::object()), "block",
+                             cfg.block);
+    }
+    if (synthetic && cmd->count("--block") == 0 && fresh_sizes) cfg.block = 64;  // the built-in default job
     if (synthetic && !st->resume) {
       // The built-in job: a small model that visibly learns within a minute on 2 cores,
       // unless the user chose sizes.
-      if (cmd->count("--layers") == 0) cfg.layers = 2;
-      if (cmd->count("--d-model") == 0) cfg.d_model = 64;
-      if (cmd->count("--d-ff") == 0) cfg.d_ff = 4 * cfg.d_model;
-      if (cmd->count("--heads") == 0) cfg.heads = 4;
-      if (cmd->count("--rank") == 0) cfg.rank = 16;
+      if (fresh_sizes) {
+        if (cmd->count("--layers") == 0) cfg.layers = 2;
+        if (cmd->count("--d-model") == 0) cfg.d_model = 64;
+        if (cmd->count("--d-ff") == 0) cfg.d_ff = 4 * cfg.d_model;
+        if (cmd->count("--heads") == 0) cfg.heads = 4;
+        if (cmd->count("--rank") == 0) cfg.rank = 16;
+      }
       if (cmd->count("--batch") == 0) st->batch = 16;
       if (cmd->count("--lr") == 0) st->lr = 2e-3;
       if (cmd->count("--dropout") == 0) cfg.dropout = 0.0;
@@ -207,14 +236,13 @@ void register_train(CLI::App& app) {
     st->block = cfg.block;
     st->seed = cfg.seed;
     TrainResult r = train(cfg, *st);
-    if (!dist::Communicator::world().is_root()) return;  // rank 0 reports a data-parallel run
-    if (synthetic && !st->json && !r.interrupted) {
+    if (!dist::Communicator::world().is_root() || r.already_finished) return;  // rank 0 reports; a finished run said so
+    if (r.corpus == "synthetic" && !st->json && !r.interrupted) {
+      // The built-in job shows what it learnt: a sample through the run's own vocabulary.
       LoadedRun run = load_run(st->out, "best");
-      CorpusSpec spec = st->corpus;
-      spec.seed = st->seed;
-      Corpus corpus = load_corpus(spec);
-      auto ids = generate_tokens(*run.model, corpus.encode("the"), 40, 0.8, 10, st->seed);
-      fmt::print("sample: {}\n", corpus.decode(ids));
+      const TextCodec codec = run_codec(st->out, run.settings);
+      auto ids = generate_tokens(*run.model, codec.encode("the"), 40, 0.8, 10, json_field(run.settings, "seed", st->seed));
+      fmt::print("sample: {}\n", codec.decode(ids));
     }
     const nlohmann::json j = {{"steps", r.steps},
                               {"final_loss", r.final_loss},
@@ -343,9 +371,9 @@ void register_eval(CLI::App& app) {
     LoadedRun run = load_run(*run_dir, *which, Device::parse(*device));
     const MatmulPrecisionGuard precision_scope(
         parse_precision(precision->empty() ? json_field(run.settings, "precision", std::string("fp32")) : *precision));
-    CorpusSpec s = corpus_spec_of(run);
+    CorpusSpec s = run_corpus_spec(*run_dir, run.settings);
     if (!spec->data_dir.empty()) s.data_dir = spec->data_dir;
-    s.load_train = *split == "train";
+    s.only_split = *split;
     Corpus corpus = load_corpus(s);
     const std::int64_t block = json_field(run.settings, "block", run.config.block);
     if (*stream) return eval_stream(*run.model, corpus.name, *split, corpus.split(*split), *context, run.config.block, *json);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <utility>
 #include <stdexcept>
@@ -58,6 +59,29 @@ CorpusSpec CorpusSpec::read_from(const nlohmann::json& settings) {
   return s;
 }
 
+TextCodec words_codec(std::vector<std::string> list) {
+  auto words = std::make_shared<data::SyntheticCorpus>();
+  words->vocab = std::move(list);
+  TextCodec c;
+  c.kind = "words";
+  c.vocab_size = static_cast<std::int64_t>(words->vocab.size());
+  for (const std::string& w : words->vocab) c.vocab_text += w + "\n";
+  c.encode = [words](const std::string& text) { return data::synthetic_encode(*words, text); };
+  c.decode = [words](const std::vector<std::int32_t>& ids) { return data::synthetic_decode(*words, ids); };
+  return c;
+}
+
+TextCodec read_codec(const std::string& kind, const std::string& vocab_file) {
+  if (kind == "wordpiece") return wordpiece_codec(vocab_file);
+  if (kind != "words") throw std::runtime_error(fmt::format("{}: unknown tokenizer kind '{}' (expected wordpiece or words)", vocab_file, kind));
+  std::ifstream in(vocab_file);
+  if (!in) throw std::runtime_error("cannot read the vocabulary " + vocab_file);
+  std::vector<std::string> words;
+  for (std::string line; std::getline(in, line);) words.push_back(line);
+  if (words.empty()) throw std::runtime_error(vocab_file + ": the vocabulary is empty");
+  return words_codec(std::move(words));
+}
+
 namespace {
 
 std::size_t count_type(const std::vector<data::DependencyProbe>& probes, data::DependencyType type) {
@@ -68,16 +92,13 @@ std::size_t count_type(const std::vector<data::DependencyProbe>& probes, data::D
 // A generated corpus: its words are whitespace-separated vocabulary entries, as the
 // built-in synthetic corpus's are.
 Corpus word_corpus(std::string name, data::SyntheticCorpus generated) {
-  auto words = std::make_shared<data::SyntheticCorpus>();
-  words->vocab = std::move(generated.vocab);
   Corpus out;
   out.name = std::move(name);
-  out.vocab_size = static_cast<std::int64_t>(words->vocab.size());
+  out.codec = words_codec(std::move(generated.vocab));
+  out.vocab_size = out.codec.vocab_size;
   out.train = std::move(generated.train);
   out.valid = std::move(generated.valid);
   out.test = std::move(generated.test);
-  out.encode = [words](const std::string& text) { return data::synthetic_encode(*words, text); };
-  out.decode = [words](const std::vector<std::int32_t>& ids) { return data::synthetic_decode(*words, ids); };
   return out;
 }
 

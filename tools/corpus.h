@@ -4,25 +4,48 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
 #include "data/dependency_probe.h"
+#include "data/tokenizer.h"
 
 namespace wedge::tools {
 
-struct Corpus {
-  std::string name;  // "synthetic" | "wikitext2" | "text" | "depsim"
+// How text becomes token ids and back. A run folder keeps the vocabulary (vocab.txt), so a
+// trained model reads and writes text without its corpus (tools/run_continuation.h).
+struct TextCodec {
+  // "wordpiece": a WordPiece vocab.txt (WikiText-2, your own text); "words": a generated
+  // corpus's word list (the synthetic corpus, the dependency probe), split on whitespace.
+  std::string kind;
   std::int64_t vocab_size = 0;
-  std::vector<std::int32_t> train, valid, test;
+  // The vocabulary as vocab.txt holds it, one entry per line: the bytes of the WordPiece
+  // file as read, or the word list written out.
+  std::string vocab_text;
   std::function<std::vector<std::int32_t>(const std::string&)> encode;
   std::function<std::string(const std::vector<std::int32_t>&)> decode;
   // Ids a sampler must never produce: the tokenizer's special tokens ([PAD], [UNK], [CLS],
   // [SEP], [MASK]) and the vocabulary's placeholders ([unused0], ...). Empty for the
   // generated corpora, whose every id is a word.
   std::vector<std::int32_t> never_sampled;
+  std::shared_ptr<const data::Tokenizer> tokenizer;  // "wordpiece" only
+};
+
+// A WordPiece vocabulary file's codec (errors name the file).
+TextCodec wordpiece_codec(const std::string& vocab_file);
+// A word list's codec: id i is words[i].
+TextCodec words_codec(std::vector<std::string> words);
+// The codec a vocab.txt of `kind` holds ("wordpiece" or "words", as TextCodec::kind).
+TextCodec read_codec(const std::string& kind, const std::string& vocab_file);
+
+struct Corpus {
+  std::string name;  // "synthetic" | "wikitext2" | "text" | "depsim"
+  std::int64_t vocab_size = 0;
+  std::vector<std::int32_t> train, valid, test;
+  TextCodec codec;
 
   std::vector<std::string> notes;  // how the splits were formed, when the user should know
 
@@ -45,7 +68,10 @@ struct CorpusSpec {
   std::string train_file, valid_file, test_file;
   std::uint64_t seed = 0;
   std::int64_t block = 128;  // --data depsim: the document length (the run's training block)
-  bool load_train = true;  // eval/generate skip tokenizing the training split
+  // Non-empty: read only this split (train | valid | test), as `wedge eval --split` asks;
+  // the others stay empty (a validation split carved from the training file still reads it).
+  std::string only_split;
+  bool wants(const std::string& split) const { return only_split.empty() || only_split == split; }
 
   // The fields a run folder records (config.json "train": data, data_dir, vocab and the
   // text files, as absolute paths), and the spec read back from them.

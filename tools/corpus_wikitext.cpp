@@ -2,6 +2,8 @@
 // split (through its cache) with a WordPiece tokenizer; prompts and samples go through the
 // same one.
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <stdexcept>
 #include <utility>
@@ -24,30 +26,45 @@ std::vector<std::int32_t> take_ids(data::TokenStream stream, Corpus& corpus) {
   return std::move(stream.ids);
 }
 
+std::string read_whole_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream bytes;
+  if (in) bytes << in.rdbuf();
+  if (!in || in.bad()) throw std::runtime_error("cannot read the vocabulary " + path);
+  return bytes.str();
+}
+
+}  // namespace
+
 // Text in and out through the WordPiece tokenizer; its special tokens and the vocabulary's
 // [unused*] placeholders are never sampled.
-void use_tokenizer(Corpus& c, const std::shared_ptr<data::Tokenizer>& tok) {
+TextCodec wordpiece_codec(const std::string& vocab_file) {
+  auto tok = std::make_shared<data::Tokenizer>(data::Tokenizer::from_file(vocab_file));
+  TextCodec c;
+  c.tokenizer = tok;
+  c.kind = "wordpiece";
+  c.vocab_size = tok->vocab().size();
+  c.vocab_text = read_whole_file(vocab_file);
   c.encode = [tok](const std::string& text) { return tok->encode(text); };
   c.decode = [tok](const std::vector<std::int32_t>& ids) { return tok->decode(ids); };
   const data::Vocab& vocab = tok->vocab();
   for (std::int32_t id = 0; id < vocab.size(); ++id)
     if (tok->is_special(id) || vocab.token(id).rfind("[unused", 0) == 0) c.never_sampled.push_back(id);
+  return c;
 }
-
-}  // namespace
 
 Corpus wikitext2_corpus(const CorpusSpec& spec) {
   if (spec.data_dir.empty())
     throw std::runtime_error("--data wikitext2 needs --data-dir DIR (the folder with wiki.train.raw or wiki.train.tokens)");
-  const std::filesystem::path vocab = spec.vocab.empty() ? data::find_vocab_near(spec.data_dir) : std::filesystem::path(spec.vocab);
-  auto tok = std::make_shared<data::Tokenizer>(data::Tokenizer::from_file(vocab));
+  const std::string vocab = spec.vocab.empty() ? data::find_vocab_near(spec.data_dir).string() : spec.vocab;
   Corpus c;
   c.name = "wikitext2";
-  c.vocab_size = tok->vocab().size();
-  if (spec.load_train) c.train = take_ids(data::load_wikitext_split(spec.data_dir, data::WikiTextSplit::kTrain, *tok), c);
-  c.valid = take_ids(data::load_wikitext_split(spec.data_dir, data::WikiTextSplit::kValid, *tok), c);
-  c.test = take_ids(data::load_wikitext_split(spec.data_dir, data::WikiTextSplit::kTest, *tok), c);
-  use_tokenizer(c, tok);
+  c.codec = wordpiece_codec(vocab);
+  c.vocab_size = c.codec.vocab_size;
+  const data::Tokenizer& tok = *c.codec.tokenizer;
+  if (spec.wants("train")) c.train = take_ids(data::load_wikitext_split(spec.data_dir, data::WikiTextSplit::kTrain, tok), c);
+  if (spec.wants("valid")) c.valid = take_ids(data::load_wikitext_split(spec.data_dir, data::WikiTextSplit::kValid, tok), c);
+  if (spec.wants("test")) c.test = take_ids(data::load_wikitext_split(spec.data_dir, data::WikiTextSplit::kTest, tok), c);
   return c;
 }
 
@@ -57,16 +74,18 @@ Corpus text_corpus(const CorpusSpec& spec) {
   if (spec.vocab.empty())
     throw std::runtime_error("--data text needs --vocab FILE: a WordPiece vocab.txt (the BERT-uncased one, or one "
                              "learnt from your text with `wedge vocab train`)");
-  auto tok = std::make_shared<data::Tokenizer>(data::Tokenizer::from_file(spec.vocab));
   Corpus c;
   c.name = "text";
-  c.vocab_size = tok->vocab().size();
+  c.codec = wordpiece_codec(spec.vocab);
+  c.vocab_size = c.codec.vocab_size;
+  const data::Tokenizer& tok = *c.codec.tokenizer;
   // The training file is read when it is trained on, and whenever the validation split is
   // carved from it.
-  if (spec.load_train || spec.valid_file.empty()) c.train = take_ids(data::load_text_file(spec.train_file, *tok), c);
-  if (!spec.valid_file.empty()) {
-    c.valid = take_ids(data::load_text_file(spec.valid_file, *tok), c);
-  } else {
+  const bool carve = spec.valid_file.empty();
+  if (spec.wants("train") || (carve && spec.wants("valid"))) c.train = take_ids(data::load_text_file(spec.train_file, tok), c);
+  if (!carve) {
+    if (spec.wants("valid")) c.valid = take_ids(data::load_text_file(spec.valid_file, tok), c);
+  } else if (spec.wants("train") || spec.wants("valid")) {
     const auto n = static_cast<std::int64_t>(c.train.size());
     const auto carved = static_cast<std::int64_t>(std::ceil(kCarvedValidFraction * double(n)));
     if (n - carved < 2 || carved < 2)
@@ -77,8 +96,7 @@ Corpus text_corpus(const CorpusSpec& spec) {
     c.notes.push_back(fmt::format("validation: the last {:.0f} % of {} ({} tokens), as no --valid FILE was given",
                                   100 * kCarvedValidFraction, spec.train_file, carved));
   }
-  if (!spec.test_file.empty()) c.test = take_ids(data::load_text_file(spec.test_file, *tok), c);
-  use_tokenizer(c, tok);
+  if (!spec.test_file.empty() && spec.wants("test")) c.test = take_ids(data::load_text_file(spec.test_file, tok), c);
   return c;
 }
 

@@ -22,6 +22,7 @@
 #include "ops/ops.h"
 #include "models/memory_check.h"
 #include "tools/data_parallel.h"
+#include "tools/run_continuation.h"
 #include "tools/run_folder.h"
 #include "tools/training_support.h"
 
@@ -294,7 +295,8 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
   // Recorded as absolute paths, so eval and classify find them from any folder.
   for (std::string* path : {&settings.vocab, &settings.data_dir})
     if (!path->empty()) *path = fs::absolute(*path).lexically_normal().string();
-  const data::Tokenizer tokenizer = data::Tokenizer::from_file(settings.vocab);
+  const TextCodec codec = wordpiece_codec(settings.vocab);
+  const data::Tokenizer& tokenizer = *codec.tokenizer;
   models::NliConfig config = config_in;
   config.vocab_size = tokenizer.vocab().size();
   config.validate();
@@ -333,7 +335,9 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
   std::optional<RunFolder> run;
   if (comm.is_root()) {
     run.emplace(RunFolder::create(out, st.overwrite, " (a classifier run cannot be resumed yet)"));
-    run->begin(nlohmann::json{{"task", "nli"}, {"model", config}, {"train", settings.to_json()}});
+    nlohmann::json t = settings.to_json();
+    t.update(vocab_record(codec));
+    run->begin(nlohmann::json{{"task", "nli"}, {"model", config}, {"train", t}}, codec.vocab_text);
   }
   auto save = [&](const std::string& name, std::int64_t epoch, double select_accuracy) {
     if (!run) return;
@@ -473,6 +477,11 @@ LoadedNliRun load_nli_run(const std::string& run_dir, const std::string& which, 
     r.settings = NliSettings::from_json(j.at("train"));
   } catch (const std::exception& e) {
     throw std::runtime_error("cannot read " + config_path + ": " + e.what());
+  }
+  // The run's own copy of its vocabulary (checked against its sha256), when it keeps one.
+  if (fs::exists(run_dir + "/" + kRunVocabFile)) {
+    run_codec(run_dir, j.at("train"));
+    r.settings.vocab = run_dir + "/" + kRunVocabFile;
   }
   const std::string path = run_dir + "/" + which + ".safetensors";
   models::check_model_memory(r.config, models::ModelUse::evaluation);

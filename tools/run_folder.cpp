@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // The files a run consists of: what --overwrite removes.
-constexpr const char* kRunFiles[] = {"config.json", "metrics.jsonl", "last.safetensors", "best.safetensors"};
+constexpr const char* kRunFiles[] = {"config.json", "metrics.jsonl", "last.safetensors", "best.safetensors", "vocab.txt"};
 
 std::string read_small_file(const std::string& path) {
   std::ifstream in(path);
@@ -145,13 +145,14 @@ void RunFolder::open_metrics() {
   if (!*metrics_) throw std::runtime_error("cannot open " + metrics_path() + " for writing");
 }
 
-void RunFolder::begin(const nlohmann::json& config) {
+void RunFolder::begin(const nlohmann::json& config, std::string_view vocab_text) {
   remove_unbegun_ = false;
   if (replace_) {
     std::error_code ec;
     for (const char* name : kRunFiles) fs::remove(file(name), ec);
     replace_ = false;
   }
+  if (!vocab_text.empty()) write_file_atomic(file("vocab.txt"), vocab_text);
   write_config(config);
   write_file_atomic(metrics_path(), "", /*durable=*/false);
   open_metrics();

@@ -11,7 +11,7 @@
 //   - a checkpoint is written only from finite values, so the last one is always good.
 //
 // Layout (tools/trainer.h describes the contents):
-//   config.json  metrics.jsonl  last.safetensors  best.safetensors  .lock
+//   config.json  vocab.txt  metrics.jsonl  last.safetensors  best.safetensors  .lock
 #pragma once
 
 #include <cstdint>
@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -48,9 +49,9 @@ class RunFolder {
   nlohmann::json read_config() const;
   void write_config(const nlohmann::json& config);
 
-  // A fresh run begins: an overwritten run's files go, config.json is written, metrics.jsonl
-  // starts empty.
-  void begin(const nlohmann::json& config);
+  // A fresh run begins: an overwritten run's files go, vocab.txt (when given) and
+  // config.json are written, metrics.jsonl starts empty.
+  void begin(const nlohmann::json& config, std::string_view vocab_text = {});
   // A resumed run keeps the metrics lines up to `step` (a torn last line and the steps
   // logged after the checkpoint are dropped), so each step is logged once.
   void resume_metrics(std::int64_t step);

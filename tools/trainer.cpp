@@ -22,6 +22,7 @@
 #include "engine/optim.h"
 #include "engine/rng.h"
 #include "engine/safetensors.h"
+#include "engine/sha256.h"
 #include "engine/thread_pool.h"
 #include "kernels/cpu/cpu.h"
 #include "data/wikitext.h"
@@ -30,6 +31,7 @@
 #include "models/tied_embedding_lm.h"
 #include "ops/ops.h"
 #include "tools/data_parallel.h"
+#include "tools/run_continuation.h"
 #include "tools/run_folder.h"
 #include "tools/training_support.h"
 
@@ -52,7 +54,9 @@ nlohmann::json TrainSettings::to_json() const {
           {"batch", batch},
           {"block", block},
           {"lr", lr},
+          {"schedule", schedule},
           {"min_lr_ratio", min_lr_ratio},
+          {"min_lr", min_lr},
           {"warmup", warmup},
           {"weight_decay", weight_decay},
           {"clip", clip},
@@ -238,29 +242,52 @@ EvalResult evaluate(models::LanguageModel& model, const std::vector<std::int32_t
 
 namespace {
 
-// A resumed run is the same run: its config.json wins over the flags, except a --data-dir or
-// --vocab given now (the files may have moved) and a new --max-steps.
-void adopt_recorded_settings(TrainSettings& st, const nlohmann::json& t, const TrainSettings& given) {
+// A resumed run is the same run: its config.json wins. A flag given now must name the run's
+// own value (tools/run_continuation.h), except where the data files moved (--data-dir,
+// --vocab: the token ids are checked once read), the length (--epochs, --max-steps: checked
+// once the step is known), and what does not change the training's arithmetic.
+void adopt_recorded_settings(TrainSettings& st, const nlohmann::json& j, const TrainSettings& given,
+                             const models::LMConfig& given_model, const std::string& config_path) {
+  static const std::set<std::string> free = {"--data-dir", "--vocab",  "--epochs", "--max-steps", "--eval-every",
+                                             "--device",   "--threads", "--log-every", "--stop-after", "--comm-timeout"};
+  const nlohmann::json wanted{{"model", given_model}, {"train", given.to_json()}};
+  const std::string hint = fmt::format(
+      "; a resumed run keeps its settings (only --epochs and --max-steps may make it longer). To train with other "
+      "settings, start a new run from its weights: `wedge train --init-from {} --out NEW ...`",
+      given.out);
+  for (const char* section : {"model", "train"})
+    refuse_changed_flags(given.given, free, wanted, j, section, config_path, "train --resume", hint);
+  const nlohmann::json& t = j.at("train");
   const CorpusSpec recorded = CorpusSpec::read_from(t);
   st.corpus = recorded;
   if (!given.corpus.data_dir.empty()) st.corpus.data_dir = given.corpus.data_dir;
   if (!given.corpus.vocab.empty()) st.corpus.vocab = given.corpus.vocab;
-  st.epochs = json_field(t, "epochs", st.epochs);
+  auto length = [&](const char* flag, const char* key, std::int64_t value) {
+    return given.given.count(flag) > 0 ? value : json_field(t, key, value);
+  };
+  st.epochs = length("--epochs", "epochs", st.epochs);
+  st.max_steps = length("--max-steps", "max_steps", st.max_steps);
+  st.eval_every = length("--eval-every", "eval_every", st.eval_every);
   st.batch = json_field(t, "batch", st.batch);
   st.block = json_field(t, "block", st.block);
   st.lr = json_field(t, "lr", st.lr);
+  st.schedule = json_field(t, "schedule", std::string("cosine"));  // runs from before schedules were chosen
   st.min_lr_ratio = json_field(t, "min_lr_ratio", st.min_lr_ratio);
+  st.min_lr = json_field(t, "min_lr", -1.0);
   st.warmup = json_field(t, "warmup", st.warmup);
   st.weight_decay = json_field(t, "weight_decay", st.weight_decay);
   st.clip = json_field(t, "clip", st.clip);
   st.seed = json_field(t, "seed", st.seed);
-  if (given.max_steps < 0) st.max_steps = json_field(t, "max_steps", st.max_steps);
-  st.eval_every = json_field(t, "eval_every", st.eval_every);
   // runs from before mixed precision were fp32
   st.precision = json_field(t, "precision", std::string("fp32"));
   // runs from before micro-batches took one piece per process, summed in any order
   st.micro_batch = json_field(t, "micro_batch", std::int64_t{0});
   st.deterministic = json_field(t, "deterministic", false);
+}
+
+// The steps a run of these settings takes: its epochs, or --max-steps when given.
+std::int64_t planned_steps(std::int64_t per_epoch, std::int64_t epochs, std::int64_t max_steps) {
+  return max_steps >= 0 ? max_steps : per_epoch * std::max<std::int64_t>(epochs, 1);
 }
 
 // Rows [first, first + count) of a batch.
@@ -297,6 +324,13 @@ void TrainSettings::validate(const std::string& config_file) const {
   if (eval_every == 0 || eval_every < -1) bad("--eval-every", "-1 (at epoch ends only) or at least 1", eval_every);
   if (stop_after == 0 || stop_after < -1) bad("--stop-after", "-1 (no limit) or at least 1", stop_after);
   check_data_parallel_settings(micro_batch, zero, comm_timeout, name);
+  if (schedule != "cosine" && schedule != "linear" && schedule != "constant" && schedule != "inverse-sqrt")
+    throw std::invalid_argument(
+        fmt::format("{} is '{}'; it must be cosine, linear, constant or inverse-sqrt", name("--schedule"), schedule));
+  if (min_lr != -1 && (!std::isfinite(min_lr) || min_lr < 0 || min_lr > lr))
+    throw std::invalid_argument(fmt::format("{} is {}; it must be -1 (lr x --min-lr-ratio) or in [0, --lr {}]",
+                                            name("--min-lr"), min_lr, lr));
+  if (resume && !init_from.empty()) throw std::invalid_argument("--init-from starts a new run; it cannot be --resume'd into one");
   if (precision != "fp32" && precision != "bf16")
     throw std::invalid_argument(fmt::format("{} is '{}'; it must be fp32 or bf16", name("--precision"), precision));
 }
@@ -315,6 +349,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   share_cores_among_ranks(comm, st.threads);
 
   models::LMConfig config = config_in;
+  nlohmann::json recorded;  // a resumed run's config.json
   // Rank 0 alone owns the run folder (its lock, config, metrics and checkpoints); the other
   // ranks learn a resumed run's config and state from rank 0, so they need no shared disk.
   std::optional<RunFolder> run;
@@ -325,15 +360,48 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   if (st.resume) {
     std::string text = run ? run->read_config().dump() : std::string();
     comm.broadcast(text);
-    const nlohmann::json j = nlohmann::json::parse(text);
+    recorded = nlohmann::json::parse(text);
     try {
-      config = j.at("model").get<models::LMConfig>();
-      adopt_recorded_settings(st, j.at("train"), settings_in);
+      config = recorded.at("model").get<models::LMConfig>();
+      (void)recorded.at("train");
     } catch (const std::exception& e) {
       throw std::runtime_error("train --resume: cannot read " + config_path + ": " + e.what());
     }
+    adopt_recorded_settings(st, recorded, settings_in, config_in, config_path);
     st.validate(config_path);
     plan = PiecePlan::make(st.batch, st.micro_batch, st.deterministic, comm, config_path);
+  }
+  // --init-from: the parent's sizes, with a fine-tune's own dropout and auxiliary weights.
+  std::optional<ParentRun> parent;
+  nlohmann::json parent_config;
+  if (!st.init_from.empty()) {
+    // Rank 0 reads the parent (its checkpoint reaches the others with the first broadcast).
+    parent = parse_init_from(st.init_from);
+    const std::string parent_path = parent->dir + "/config.json";
+    std::string text;
+    if (comm.is_root()) {
+      check_parent_files(*parent);
+      text = read_json_file(parent_path).dump();
+    }
+    comm.broadcast(text);
+    parent_config = nlohmann::json::parse(text);
+    if (json_field(parent_config, "task", std::string("lm")) != "lm" || !parent_config.contains("model"))
+      throw std::invalid_argument(fmt::format("--init-from {}: not a language-model run ({})", st.init_from, parent_path));
+    static const std::set<std::string> tunable = {"--dropout", "--energy-weight", "--balance-weight", "--seed",
+                                                  "--block",   "--vocab",         "--vocab-size"};
+    refuse_changed_flags(settings_in.given, tunable, nlohmann::json{{"model", config_in}}, parent_config, "model", parent_path,
+                         "train --init-from " + st.init_from, "; a run started from another takes its sizes");
+    try {
+      config = parent_config.at("model").get<models::LMConfig>();
+    } catch (const std::exception& e) {
+      throw std::runtime_error("--init-from: cannot read " + parent_path + ": " + e.what());
+    }
+    for (const char* flag : {"--dropout", "--energy-weight", "--balance-weight"})
+      if (settings_in.given.count(flag) > 0) {
+        nlohmann::json c = config;
+        c[config_key_of_flag(flag)] = nlohmann::json(config_in)[config_key_of_flag(flag)];
+        config = c.get<models::LMConfig>();
+      }
   }
   if (st.corpus.data == "synthetic") st.corpus.data.clear();
   st.corpus.seed = st.seed;
@@ -350,9 +418,22 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   Corpus corpus = load_corpus(st.corpus);
   config.vocab_size = corpus.vocab_size;
   if (!st.resume) {
-    config.block = std::max(config.block, st.block);
+    if (!parent) config.block = std::max(config.block, st.block);  // a parent's position table is what it is
     config.seed = st.seed;
   }
+  if (parent) {
+    // The parent's token ids must mean the same words: the same vocabulary, byte for byte.
+    const nlohmann::json& pt = parent_config.at("train");
+    const std::string theirs = json_field(pt, "vocab_sha256", std::string());
+    const std::string ours = vocab_record(corpus.codec).at("vocab_sha256").get<std::string>();
+    const auto parent_vocab = json_field(parent_config.at("model"), "vocab_size", std::int64_t{0});
+    if ((!theirs.empty() && theirs != ours) || parent_vocab != corpus.vocab_size)
+      throw std::invalid_argument(fmt::format(
+          "--init-from {}: the vocabulary of {} ({} entries) is not the one the parent run was trained with ({} entries{}); "
+          "its token ids would mean other words",
+          st.init_from, corpus.name, corpus.vocab_size, parent_vocab, theirs.empty() ? "" : ", sha256 " + theirs));
+  }
+  if (st.resume) check_same_data(recorded.at("train"), corpus, config_path, out);
   if (st.block > config.block)
     throw std::runtime_error(fmt::format("train: --block {} exceeds the model's position table ({})", st.block, config.block));
   try {
@@ -390,15 +471,26 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   if (per_epoch < 1)
     throw std::runtime_error(fmt::format("train: the training split ({} tokens) is too small for one batch of {} x {}",
                                          corpus.train.size(), st.batch, st.block + 1));
-  std::int64_t total_steps = per_epoch * std::max<std::int64_t>(st.epochs, 1);
-  if (st.max_steps >= 0) total_steps = std::min(total_steps, st.max_steps);
-  if (st.max_steps >= 0 && st.max_steps > per_epoch * st.epochs) total_steps = st.max_steps;
+  const std::int64_t total_steps = planned_steps(per_epoch, st.epochs, st.max_steps);
+  // The warm-up in steps, fixed when the run began: a resumed run that grows keeps it, and
+  // its schedule stretches over the new length.
+  std::int64_t warmup = resolve_warmup(st.warmup, total_steps);
+  std::int64_t recorded_total = total_steps;
+  if (st.resume) {
+    const nlohmann::json& t = recorded.at("train");
+    recorded_total = planned_steps(per_epoch, json_field(t, "epochs", std::int64_t{1}), json_field(t, "max_steps", std::int64_t{-1}));
+    warmup = json_field(t, "warmup_steps", resolve_warmup(st.warmup, recorded_total));
+    if (total_steps < recorded_total)
+      throw std::invalid_argument(fmt::format(
+          "train --resume: --epochs {} / --max-steps {} would end the run at step {}, before the {} steps it was planned "
+          "for ({}); a resumed run may only grow (to stop it early, --stop-after N)",
+          st.epochs, st.max_steps, total_steps, recorded_total, config_path));
+  }
   Adam opt = make_adamw(*model, st.lr, st.weight_decay);
   // The gradient's way from the pieces of a batch over the ranks to the update (under ZeRO-1
   // this shards the optimizer's moments at once).
   GradientSync sync(comm, model->named_parameters(), opt, st.deterministic, st.zero == 1);
-  const LrSchedule sched = warmup_cosine(st.lr, st.warmup, total_steps, st.min_lr_ratio);
-  const std::int64_t warmup = sched.warmup_steps;
+  const LrSchedule sched = make_schedule(st.schedule, st.lr, warmup, total_steps, st.min_lr >= 0 ? st.min_lr : st.lr * st.min_lr_ratio);
 
   Generator* dropout_gen = dropout_generator(*model);
   PieceDropout piece_dropout(dropout_gen, plan.pieces);
@@ -431,7 +523,23 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     run->resume_metrics(step);
     say(fmt::format("resumed from {} at step {}", path, step));
   } else if (run) {
-    run->begin(nlohmann::json{{"model", config}, {"train", st.to_json()}});
+    nlohmann::json t = st.to_json();
+    t["warmup_steps"] = warmup;
+    t["data_sha256"] = data_fingerprint(corpus);
+    t.update(vocab_record(corpus.codec));
+    if (parent) {
+      const std::string file = parent->file();
+      const SafeTensors ck = load_safetensors(file);
+      load_parameters(*model, ck, file);
+      const std::int64_t parent_step = metadata_int(ck, "step", file);
+      t["init_from"] = {{"run", fs::absolute(parent->dir).lexically_normal().string()},
+                        {"checkpoint", parent->checkpoint},
+                        {"file", fs::absolute(file).lexically_normal().string()},
+                        {"step", parent_step},
+                        {"sha256", sha256_file(file)}};
+      say(fmt::format("init: the weights of {} (step {}); a fresh optimizer and schedule", file, parent_step));
+    }
+    run->begin(nlohmann::json{{"model", config}, {"train", t}}, corpus.codec.vocab_text);
   }
   if (comm.distributed()) {
     // Every rank starts from rank 0's state: its parameters (a fresh run's are the same on
@@ -443,6 +551,29 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     comm.broadcast(&elapsed_before, sizeof elapsed_before);
     if (dropout_gen != nullptr) broadcast_generator(comm, *dropout_gen);
     say(ranks_line(comm, st.batch, device, sync, st.zero == 1));
+  }
+  if (st.resume && step >= total_steps) {
+    say(fmt::format("{} is finished: {} of {} steps done, nothing to train (a larger --epochs or --max-steps trains it "
+                    "longer)",
+                    out, step, total_steps));
+    TrainResult done;
+    done.steps = step;
+    done.best_val_ppl = best_ppl;
+    done.parameters = n_params;
+    done.already_finished = true;
+    done.corpus = corpus.name;
+    return done;
+  }
+  if (st.resume && total_steps > recorded_total) {
+    say(fmt::format("the run grows from {} to {} steps: its {} schedule now ends at step {} (lr at step {}: {:.3g}, was {:.3g})",
+                    recorded_total, total_steps, st.schedule, total_steps, step, sched.at(step),
+                    make_schedule(st.schedule, st.lr, warmup, recorded_total, sched.min_lr).at(step)));
+    if (run) {
+      recorded["train"]["epochs"] = st.epochs;
+      recorded["train"]["max_steps"] = st.max_steps;
+      recorded["train"]["warmup_steps"] = warmup;
+      run->write_config(recorded);
+    }
   }
   if (st.resume) sync.scatter_moments(resumed_moments, step);
   resumed_moments.clear();
@@ -548,8 +679,9 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
   };
   std::int64_t epoch = step / per_epoch;
   std::vector<std::uint32_t> order = batcher.epoch_order(st.seed, static_cast<std::uint64_t>(epoch));
-  say(fmt::format("training: {} steps ({} per epoch), batch {} x {}, lr {} (warm-up {}, cosine to {}), AdamW wd {}",
-                  total_steps, per_epoch, st.batch, st.block, st.lr, warmup, sched.min_lr, st.weight_decay));
+  say(fmt::format("training: {} steps ({} per epoch), batch {} x {}, lr {} (warm-up {}, then {}{}), AdamW wd {}",
+                  total_steps, per_epoch, st.batch, st.block, st.lr, warmup, st.schedule,
+                  st.schedule == "constant" ? std::string() : fmt::format(" down to {:.3g}", sched.min_lr), st.weight_decay));
   // The denominator of the progress line's "% of peak" (an MFU figure over the GEMMs'
   // flops): the measured peak of the instruction this run's GEMMs use, on its threads.
   const double peak_gflops = device.is_cpu() && comm.is_root() ? kernels::measured_gemm_peak_gflops(precision, num_threads(), 2'000'000) : 0;
@@ -557,6 +689,8 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
                                        precision_name(precision), num_threads()));
   double window_flops = 0, window_comm_from = 0;
 
+  // A fine-tune starts by scoring the parent's weights on its own validation split.
+  if (parent && step == 0) run_eval(0);
   while (step < total_steps) {
     const std::int64_t e = step / per_epoch;
     if (e != epoch) {
@@ -686,6 +820,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     }
   }
   result.steps = step;
+  result.corpus = corpus.name;
   result.final_loss = loss_value;
   result.final_val_ppl = last_ppl;
   result.best_val_ppl = best_ppl;

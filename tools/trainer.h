@@ -1,9 +1,12 @@
 // The training loop behind `wedge train`, and the pieces `eval`, `generate` and
 // `bench-step` share with it. Thin by design: it wires a Corpus, a model from
-// models/make_model, AdamW and a warm-up + cosine schedule, and reports.
+// models/make_model, AdamW and a warm-up + decay schedule, and reports.
 //
 // A run directory holds:
-//   config.json          the model config and the training settings (eval/generate read it)
+//   config.json          the model config and the training settings (eval/generate read it),
+//                        with the sha256 of the token ids of each split trained on, and the
+//                        parent run of a fine-tune (tools/run_continuation.h)
+//   vocab.txt            the vocabulary (generate reads text through it, never the corpus)
 //   last.safetensors     parameters + AdamW moments + step/epoch/RNG state (for --resume)
 //   best.safetensors     parameters of the best validation perplexity so far
 //   metrics.jsonl        one JSON object per step ({"step","epoch","loss","lr","time"})
@@ -22,6 +25,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -41,7 +45,11 @@ struct TrainSettings {
   std::int64_t batch = 32;
   std::int64_t block = 128;  // L: tokens of context per training sequence
   double lr = 5e-4;
-  double min_lr_ratio = 0.1;  // the cosine ends at lr * min_lr_ratio
+  // The schedule after the linear warm-up: cosine | linear | constant | inverse-sqrt
+  // (engine/optim.h LrSchedule), decaying to min_lr (-1: lr * min_lr_ratio).
+  std::string schedule = "cosine";
+  double min_lr_ratio = 0.1;
+  double min_lr = -1;
   std::int64_t warmup = -1;   // steps; -1: 5 % of the run (at least 1)
   double weight_decay = 0.01;
   double clip = 1.0;
@@ -61,6 +69,12 @@ struct TrainSettings {
   double comm_timeout = -1;
   std::string out;               // run directory
   bool resume = false;
+  // A new run from another run's weights: "RUN", "RUN:best" or "RUN:last" (tools/run_continuation.h).
+  std::string init_from;
+  // The flags the user gave ("--lr", ...). On --resume each must agree with the run (only
+  // --epochs and --max-steps may grow it); settings not given are the run's. With
+  // --init-from the size flags given must agree with the parent's.
+  std::set<std::string> given;
   bool overwrite = false;  // a fresh run may replace the run already in `out`
   bool json = false;
   bool quiet_samples = false;
@@ -88,6 +102,8 @@ struct TrainResult {
   std::string collectives;  // what carried the gradients: GradientSync::collectives()
   std::int64_t parameters = 0;
   bool interrupted = false;
+  bool already_finished = false;  // --resume of a run that had done all its steps: nothing trained
+  std::string corpus;             // the corpus trained on (synthetic | wikitext2 | text | depsim)
 };
 
 // Runs (or resumes) a training run in its RunFolder (tools/run_folder.h). Throws on bad

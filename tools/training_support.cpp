@@ -112,14 +112,23 @@ Adam make_adamw(const Module& model, double lr, double weight_decay) {
   return Adam(model.named_parameters(), config, decays_by_default);
 }
 
-LrSchedule warmup_cosine(double lr, std::int64_t warmup, std::int64_t total_steps, double min_lr_ratio) {
+std::int64_t resolve_warmup(std::int64_t warmup, std::int64_t total_steps) {
+  return warmup >= 0 ? warmup : std::max<std::int64_t>(1, total_steps / 20);
+}
+
+LrSchedule make_schedule(const std::string& kind, double lr, std::int64_t warmup_steps, std::int64_t total_steps,
+                         double min_lr) {
   LrSchedule s;
-  s.kind = LrSchedule::Kind::WarmupCosine;
+  s.kind = parse_schedule(kind);
   s.base_lr = lr;
-  s.warmup_steps = warmup >= 0 ? warmup : std::max<std::int64_t>(1, total_steps / 20);
+  s.warmup_steps = warmup_steps;
   s.total_steps = total_steps;
-  s.min_lr = lr * min_lr_ratio;
+  s.min_lr = min_lr;
   return s;
+}
+
+LrSchedule warmup_cosine(double lr, std::int64_t warmup, std::int64_t total_steps, double min_lr_ratio) {
+  return make_schedule("cosine", lr, resolve_warmup(warmup, total_steps), total_steps, lr * min_lr_ratio);
 }
 
 std::string fmt_duration(double seconds) {

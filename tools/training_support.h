@@ -65,8 +65,13 @@ void check_train_settings(const SharedTrainSettings& s, const std::function<std:
 // AdamW as every trainer here runs it: β2 0.98, weight decay on the matrices only
 // (decays_by_default: not on biases, normalisation parameters, A_log, D, dt_bias).
 Adam make_adamw(const Module& model, double lr, double weight_decay);
-// Linear warm-up over `warmup` steps (negative: 5 % of the run, at least 1), then half a
-// cosine down to lr · min_lr_ratio at total_steps.
+// The warm-up in steps: `warmup`, or when negative 5 % of the run (at least 1).
+std::int64_t resolve_warmup(std::int64_t warmup, std::int64_t total_steps);
+// Linear warm-up over `warmup_steps`, then `kind` (cosine | linear | constant | inverse-sqrt,
+// engine/optim.h) from lr down to min_lr at total_steps.
+LrSchedule make_schedule(const std::string& kind, double lr, std::int64_t warmup_steps, std::int64_t total_steps,
+                         double min_lr);
+// make_schedule("cosine", ...) with the warm-up resolved and min_lr = lr · min_lr_ratio.
 LrSchedule warmup_cosine(double lr, std::int64_t warmup, std::int64_t total_steps, double min_lr_ratio);
 
 // "42s", "3m07s", "1h05m"; "?" for a negative or non-finite time.

@@ -148,7 +148,10 @@ TEST_CASE("train --task nli end to end: metrics, checkpoints, test report, major
   const std::string drawn((std::istreambuf_iterator<char>(svg)), std::istreambuf_iterator<char>());
   CHECK(drawn.find("selection accuracy") != std::string::npos);
   CHECK(drawn.find("nli, sheaf") != std::string::npos);
-  // Through the binary: eval prints the confusion matrix; classify reads pairs.
+  // Through the binary: eval prints the confusion matrix; classify reads pairs. Both read
+  // text through the run's own vocab.txt: the vocabulary it was trained with may move.
+  CHECK(fs::exists(s.out + "/vocab.txt"));
+  fs::rename(f.vocab, f.vocab.string() + ".moved");
   const auto run = [](const std::string& args) { return wedge::testing::shell(std::string(WEDGE_CLI) + " " + args); };
   const wedge::testing::ShellRun evaluated = run("eval --run " + s.out + " --split test");
   CHECK(evaluated.status == 0);

@@ -260,10 +260,16 @@ TEST_CASE("--data text: one's own files, a validation split carved when none is 
   CHECK(recorded.data == "text");
   CHECK(fs::path(recorded.train_file).is_absolute());
   CHECK(fs::equivalent(recorded.train_file, train_file));
-  recorded.load_train = false;  // eval: the training file is still read, to carve the validation split
+  recorded.only_split = "valid";  // eval: the training file is still read, to carve the validation split
   const Corpus again = load_corpus(recorded);
   CHECK(again.valid == carved.valid);
-  CHECK(again.test.size() == 4);
+  CHECK(again.test.empty());  // only the split asked for
+  recorded.only_split = "train";  // the training split is the carved remainder, also when read alone
+  CHECK(load_corpus(recorded).train == carved.train);
+  recorded.only_split = "test";
+  const Corpus test_only = load_corpus(recorded);
+  CHECK(test_only.test.size() == 4);
+  CHECK(test_only.train.empty());
 
   spec.valid_file = test_file;  // an explicit validation file: nothing is carved
   const Corpus explicit_valid = load_corpus(spec);

@@ -1,0 +1,136 @@
+#include "tools/run_continuation.h"
+
+#include <algorithm>
+#include <bit>
+#include <filesystem>
+#include <stdexcept>
+
+#include <fmt/core.h>
+
+#include "engine/json_field.h"
+#include "engine/sha256.h"
+
+namespace wedge::tools {
+
+namespace fs = std::filesystem;
+
+std::string config_key_of_flag(const std::string& flag) {
+  if (flag == "--train") return "train_file";
+  if (flag == "--valid") return "valid_file";
+  if (flag == "--test") return "test_file";
+  if (flag == "--no-mix-out-proj") return "mix_out_proj";
+  std::string key = flag.rfind("--", 0) == 0 ? flag.substr(2) : flag;
+  std::replace(key.begin(), key.end(), '-', '_');
+  return key;
+}
+
+void refuse_changed_flags(const GivenFlags& given, const std::set<std::string>& free, const nlohmann::json& wanted,
+                          const nlohmann::json& recorded, const std::string& section, const std::string& file,
+                          const std::string& context, const std::string& hint) {
+  if (!recorded.contains(section) || !wanted.contains(section)) return;
+  const nlohmann::json& have = recorded.at(section);
+  const nlohmann::json& want = wanted.at(section);
+  for (const std::string& flag : given) {
+    if (free.count(flag) > 0) continue;
+    const std::string key = config_key_of_flag(flag);
+    if (!have.contains(key) || !want.contains(key)) continue;
+    // Numbers compare by value (a recorded 1 and a given 1.0 are the same setting).
+    const nlohmann::json& a = want.at(key);
+    const nlohmann::json& b = have.at(key);
+    const bool same = a.is_number() && b.is_number() ? a.get<double>() == b.get<double>() : a == b;
+    if (same) continue;
+    auto shown = [](const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+    throw std::invalid_argument(fmt::format("{}: {} {} differs from the run's {} ({}: {}.{}){}", context, flag, shown(a),
+                                            shown(b), file, section, key, hint));
+  }
+}
+
+std::string token_ids_sha256(const std::vector<std::int32_t>& ids) {
+  static_assert(std::endian::native == std::endian::little, "token ids are hashed as little-endian bytes");
+  Sha256 h;
+  h.update(ids.data(), ids.size() * sizeof(std::int32_t));
+  return h.hex();
+}
+
+nlohmann::json data_fingerprint(const Corpus& corpus) {
+  nlohmann::json j = nlohmann::json::object();
+  j["train"] = token_ids_sha256(corpus.train);
+  j["valid"] = token_ids_sha256(corpus.valid);
+  return j;
+}
+
+void check_same_data(const nlohmann::json& recorded, const Corpus& corpus, const std::string& file,
+                     const std::string& run_dir) {
+  if (!recorded.contains("data_sha256") || !recorded.at("data_sha256").is_object()) return;  // recorded before fingerprints
+  const nlohmann::json& fp = recorded.at("data_sha256");
+  const nlohmann::json now = data_fingerprint(corpus);
+  for (const char* split : {"train", "valid"}) {
+    if (!fp.contains(split) || fp.at(split) == now.at(split)) continue;
+    throw std::runtime_error(fmt::format(
+        "train --resume: the {} split read now ({} tokens of {}) is not the one {} was trained on (the sha256 of its "
+        "token ids differs from {}: data_sha256.{}); a resumed run trains on its own data. To train on new data, start "
+        "a new run from its weights: `wedge train --init-from {} --out NEW ...`",
+        split, corpus.split(split).size(), corpus.name, run_dir, file, split, run_dir));
+  }
+}
+
+nlohmann::json vocab_record(const TextCodec& codec) {
+  return {{"tokenizer", codec.kind}, {"vocab_sha256", sha256_hex(codec.vocab_text)}};
+}
+
+TextCodec run_codec(const std::string& run_dir, const nlohmann::json& settings) {
+  const std::string path = run_dir + "/" + kRunVocabFile;
+  if (!fs::exists(path)) {
+    // A run from before runs kept their vocabulary: the corpus it names (its smallest split).
+    CorpusSpec spec = CorpusSpec::read_from(settings);
+    spec.only_split = "valid";
+    return load_corpus(spec).codec;
+  }
+  TextCodec codec = read_codec(json_field(settings, "tokenizer", std::string("wordpiece")), path);
+  const std::string recorded = json_field(settings, "vocab_sha256", std::string());
+  const std::string now = sha256_hex(codec.vocab_text);
+  if (!recorded.empty() && recorded != now)
+    throw std::runtime_error(fmt::format("{} was changed after the run was trained (its sha256 is {}, {}/config.json "
+                                         "records {}); the model's token ids would mean other words",
+                                         path, now, run_dir, recorded));
+  return codec;
+}
+
+CorpusSpec run_corpus_spec(const std::string& run_dir, const nlohmann::json& settings) {
+  CorpusSpec spec = CorpusSpec::read_from(settings);
+  const std::string kept = run_dir + "/" + kRunVocabFile;
+  if (json_field(settings, "tokenizer", std::string()) == "wordpiece" && fs::exists(kept)) {
+    run_codec(run_dir, settings);  // checked against its recorded sha256
+    spec.vocab = kept;
+  }
+  return spec;
+}
+
+std::string ParentRun::file() const {
+  const std::string best = dir + "/best.safetensors";
+  if (checkpoint == "best" && fs::exists(best)) return best;
+  return dir + "/last.safetensors";
+}
+
+ParentRun parse_init_from(const std::string& arg) {
+  ParentRun p;
+  p.dir = arg;
+  for (const char* which : {"best", "last"}) {
+    const std::string suffix = std::string(":") + which;
+    if (arg.size() > suffix.size() && arg.compare(arg.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      p.dir = arg.substr(0, arg.size() - suffix.size());
+      p.checkpoint = which;
+    }
+  }
+  if (p.dir.empty()) throw std::invalid_argument("--init-from needs a run folder: RUN, RUN:best or RUN:last");
+  return p;
+}
+
+void check_parent_files(const ParentRun& p) {
+  if (!fs::exists(p.dir + "/config.json"))
+    throw std::invalid_argument(fmt::format("--init-from {}: no run there ({}/config.json is missing)", p.dir, p.dir));
+  if (!fs::exists(p.file()))
+    throw std::invalid_argument(fmt::format("--init-from {}: the run has no checkpoint yet ({} is missing)", p.dir, p.file()));
+}
+
+}  // namespace wedge::tools
