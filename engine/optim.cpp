@@ -37,31 +37,57 @@ bool decays_by_default(const std::string& name, const Tensor& param) {
   return param.dim() >= 2 && !is_a_log;
 }
 
-Adam::Adam(std::vector<std::pair<std::string, Tensor>> params, AdamConfig config, DecayRule decays)
-    : config_(config) {
-  std::int64_t offset = 0;
+// ---- Optimizer ------------------------------------------------------------------------
+
+Optimizer::Optimizer(std::vector<std::pair<std::string, Tensor>> params, double lr, const DecayRule& decays) : lr_(lr) {
+  params_.reserve(params.size());
   for (auto& [name, p] : params) {
-    if (!p.is_contiguous()) fail("Adam", "parameter '" + name + "' must be contiguous, got " + p.str());
-    slots_.push_back({name, p, Tensor::zeros(p.shape(), p.dtype(), p.device()),
-                      Tensor::zeros(p.shape(), p.dtype(), p.device()), !decays || decays(name, p), offset, 0,
-                      p.numel()});
-    offset += p.numel();
+    const bool decay = !decays || decays(name, p);
+    params_.push_back({std::move(name), std::move(p), decay});
   }
 }
 
-std::int64_t Adam::flat_size() const { return slots_.empty() ? 0 : slots_.back().flat_offset + slots_.back().param.numel(); }
+bool Optimizer::decayed(const std::string& name) const {
+  for (const Param& p : params_)
+    if (p.name == name) return p.decay;
+  return false;
+}
+
+void Optimizer::zero_grad() {
+  for (Param& p : params_) p.tensor.zero_grad();
+}
+
+// ---- Adam -----------------------------------------------------------------------------
+
+Adam::Adam(std::vector<std::pair<std::string, Tensor>> params, AdamConfig config, DecayRule decays)
+    : Optimizer(std::move(params), config.lr, decays), config_(config) {
+  std::int64_t offset = 0;
+  for (const Param& p : this->params()) {
+    const Tensor& t = p.tensor;
+    if (!t.is_contiguous()) fail("Adam", "parameter '" + p.name + "' must be contiguous, got " + t.str());
+    slots_.push_back({Tensor::zeros(t.shape(), t.dtype(), t.device()), Tensor::zeros(t.shape(), t.dtype(), t.device()),
+                      offset, 0, t.numel()});
+    offset += t.numel();
+  }
+}
+
+std::int64_t Adam::flat_size() const {
+  return slots_.empty() ? 0 : slots_.back().flat_offset + params().back().tensor.numel();
+}
 
 void Adam::keep_shard(std::int64_t begin, std::int64_t end) {
   if (begin < 0 || end < begin || end > flat_size())
     fail("Adam::keep_shard", "[" + std::to_string(begin) + ", " + std::to_string(end) + ") is not a range of the " +
                                  std::to_string(flat_size()) + " parameter elements");
-  for (Slot& s : slots_) {
-    const std::int64_t lo = std::clamp(begin - s.flat_offset, std::int64_t{0}, s.param.numel());
-    const std::int64_t hi = std::clamp(end - s.flat_offset, std::int64_t{0}, s.param.numel());
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    const Tensor& p = params()[i].tensor;
+    const std::int64_t lo = std::clamp(begin - s.flat_offset, std::int64_t{0}, p.numel());
+    const std::int64_t hi = std::clamp(end - s.flat_offset, std::int64_t{0}, p.numel());
     s.first = lo;
     s.kept = hi - lo;
-    s.m = Tensor::zeros({s.kept}, s.param.dtype(), s.param.device());
-    s.v = Tensor::zeros({s.kept}, s.param.dtype(), s.param.device());
+    s.m = Tensor::zeros({s.kept}, p.dtype(), p.device());
+    s.v = Tensor::zeros({s.kept}, p.dtype(), p.device());
   }
   sharded_ = true;
 }
@@ -71,8 +97,8 @@ void Adam::check_flat(std::size_t m_size, std::size_t v_size, const char* op) co
   if (m_size != n || v_size != n)
     fail(op, "the flat moments hold " + std::to_string(m_size) + " and " + std::to_string(v_size) + " elements; the " +
                  "parameters have " + std::to_string(n));
-  for (const Slot& s : slots_)
-    if (s.param.dtype() != DType::F32) fail(op, "parameter '" + s.name + "' is " + s.param.str() + "; only float32 is supported");
+  for (const Param& p : params())
+    if (p.tensor.dtype() != DType::F32) fail(op, "parameter '" + p.name + "' is " + p.tensor.str() + "; only float32 is supported");
 }
 
 void Adam::export_moments(std::span<float> m, std::span<float> v) const {
@@ -94,58 +120,55 @@ void Adam::import_moments(std::span<const float> m, std::span<const float> v, st
       to->copy_(Tensor::from_vector(part, to->shape()).to(to->device()));
     }
   }
-  step_ = step;
-}
-
-bool Adam::decayed(const std::string& name) const {
-  for (const Slot& s : slots_)
-    if (s.name == name) return s.decay;
-  return false;
+  set_steps(step);
 }
 
 void Adam::step(double grad_scale) {
   NoGradGuard no_grad;
-  if (schedule_) config_.lr = schedule_->at(step_);
-  ++step_;
+  begin_step();
+  const double t = static_cast<double>(steps());
   kernels::AdamParams hp;
-  hp.lr = static_cast<float>(config_.lr);
+  hp.lr = static_cast<float>(lr());
   hp.beta1 = static_cast<float>(config_.beta1);
   hp.beta2 = static_cast<float>(config_.beta2);
   hp.eps = static_cast<float>(config_.eps);
   hp.weight_decay = static_cast<float>(config_.weight_decay);
-  hp.bc1 = static_cast<float>(1.0 - std::pow(config_.beta1, static_cast<double>(step_)));
-  hp.bc2 = static_cast<float>(1.0 - std::pow(config_.beta2, static_cast<double>(step_)));
+  hp.bc1 = static_cast<float>(1.0 - std::pow(config_.beta1, t));
+  hp.bc2 = static_cast<float>(1.0 - std::pow(config_.beta2, t));
   hp.decoupled = config_.decoupled;
   hp.grad_scale = static_cast<float>(grad_scale);
   // Parameters are grouped by (device, dtype, decayed or not); each group is one kernel
   // call. The gradients stay alive in `grads` until the calls are done.
+  const std::vector<Param>& ps = params();
   std::vector<Tensor> grads;
-  grads.reserve(slots_.size());
-  std::vector<const Slot*> leads;  // the first parameter of each group
-  auto same_group = [](const Slot& a, const Slot& b) {
-    return a.param.device() == b.param.device() && a.param.dtype() == b.param.dtype() && a.decay == b.decay;
+  grads.reserve(ps.size());
+  std::vector<const Param*> leads;  // the first parameter of each group
+  auto same_group = [](const Param& a, const Param& b) {
+    return a.tensor.device() == b.tensor.device() && a.tensor.dtype() == b.tensor.dtype() && a.decay == b.decay;
   };
-  for (const Slot& s : slots_) {
+  for (const Param& p : ps) {
     bool known = false;
-    for (const Slot* lead : leads) known |= same_group(*lead, s);
-    if (!known) leads.push_back(&s);
+    for (const Param* lead : leads) known |= same_group(*lead, p);
+    if (!known) leads.push_back(&p);
   }
   const float weight_decay = hp.weight_decay;
-  for (const Slot* lead_slot : leads) {
-    const Tensor* lead = &lead_slot->param;
-    hp.weight_decay = lead_slot->decay ? weight_decay : 0.0f;
+  for (const Param* lead_param : leads) {
+    const Tensor* lead = &lead_param->tensor;
+    hp.weight_decay = lead_param->decay ? weight_decay : 0.0f;
     std::vector<kernels::AdamSegment<float>> f32;
     std::vector<kernels::AdamSegment<double>> f64;
-    for (Slot& s : slots_) {
-      if (!same_group(*lead_slot, s)) continue;
-      Tensor g = s.param.grad();
+    for (std::size_t i = 0; i < ps.size(); ++i) {
+      const Tensor& p = ps[i].tensor;
+      const Slot& s = slots_[i];
+      if (!same_group(*lead_param, ps[i])) continue;
+      Tensor g = p.grad();
       if (!g.defined() || s.kept == 0) continue;
       grads.push_back(g.contiguous());
       const Tensor& gc = grads.back();
       if (lead->dtype() == DType::F32)
-        f32.push_back({s.param.data<float>() + s.first, gc.data<float>() + s.first, s.m.data<float>(), s.v.data<float>(), s.kept});
+        f32.push_back({p.data<float>() + s.first, gc.data<float>() + s.first, s.m.data<float>(), s.v.data<float>(), s.kept});
       else
-        f64.push_back({s.param.data<double>() + s.first, gc.data<double>() + s.first, s.m.data<double>(), s.v.data<double>(),
+        f64.push_back({p.data<double>() + s.first, gc.data<double>() + s.first, s.m.data<double>(), s.v.data<double>(),
                        s.kept});
     }
     adam_group(hp, f32, *lead);
@@ -153,22 +176,19 @@ void Adam::step(double grad_scale) {
   }
 }
 
-void Adam::zero_grad() {
-  for (Slot& s : slots_) s.param.zero_grad();
-}
-
 std::map<std::string, Tensor> Adam::state_tensors() const {
   if (sharded_) fail("Adam::state_tensors", "a sharded optimizer holds part of the moments; gather them with export_moments");
   std::map<std::string, Tensor> out;
-  for (const Slot& s : slots_) {
-    out[s.name + ".adam_m"] = s.m;
-    out[s.name + ".adam_v"] = s.v;
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    out[params()[i].name + ".adam_m"] = slots_[i].m;
+    out[params()[i].name + ".adam_v"] = slots_[i].v;
   }
   return out;
 }
 
-// The checkpoint's moment `suffix` (".adam_m" or ".adam_v") of slot s, checked against its
-// parameter: a missing tensor or another shape or dtype is one error naming it.
+// The checkpoint's state tensor `suffix` (".adam_m", ".adam_v", ".sgd_momentum") of parameter
+// `name`, checked against the parameter: a missing tensor or another shape or dtype is one
+// error naming it.
 static const Tensor& named_moment(const std::map<std::string, Tensor>& tensors, const std::string& name,
                                   const Tensor& param, const char* suffix) {
   const std::string key = name + suffix;
@@ -182,19 +202,21 @@ static const Tensor& named_moment(const std::map<std::string, Tensor>& tensors, 
 
 void Adam::load_state(const std::map<std::string, Tensor>& tensors, std::int64_t step) {
   if (sharded_) fail("Adam::load_state", "a sharded optimizer loads its part of the moments with import_moments");
-  for (Slot& s : slots_) {
-    s.m.copy_(named_moment(tensors, s.name, s.param, ".adam_m"));
-    s.v.copy_(named_moment(tensors, s.name, s.param, ".adam_v"));
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    const Param& p = params()[i];
+    slots_[i].m.copy_(named_moment(tensors, p.name, p.tensor, ".adam_m"));
+    slots_[i].v.copy_(named_moment(tensors, p.name, p.tensor, ".adam_v"));
   }
-  step_ = step;
+  set_steps(step);
 }
 
 void Adam::flatten_state(const std::map<std::string, Tensor>& tensors, std::span<float> m, std::span<float> v) const {
   check_flat(m.size(), v.size(), "Adam::flatten_state");
-  for (const Slot& s : slots_) {
-    const auto at = static_cast<std::ptrdiff_t>(s.flat_offset);
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    const Param& p = params()[i];
+    const auto at = static_cast<std::ptrdiff_t>(slots_[i].flat_offset);
     for (auto [suffix, flat] : {std::pair{".adam_m", m}, std::pair{".adam_v", v}}) {
-      const std::vector<float> h = named_moment(tensors, s.name, s.param, suffix).to_vector<float>();
+      const std::vector<float> h = named_moment(tensors, p.name, p.tensor, suffix).to_vector<float>();
       std::copy(h.begin(), h.end(), flat.begin() + at);
     }
   }
@@ -230,70 +252,63 @@ void check_on_host(const std::string& name, const Tensor& p, const char* op) {
 
 }  // namespace
 
-Sgd::Sgd(std::vector<std::pair<std::string, Tensor>> params, SgdConfig config, DecayRule decays) : config_(config) {
+Sgd::Sgd(std::vector<std::pair<std::string, Tensor>> params, SgdConfig config, DecayRule decays)
+    : Optimizer(std::move(params), config.lr, decays), config_(config) {
   if (!(config.lr >= 0) || !(config.momentum >= 0) || !(config.weight_decay >= 0))
     fail("Sgd", fmt::format("lr {}, momentum {} and weight_decay {} must all be >= 0", config.lr, config.momentum,
                             config.weight_decay));
   if (config.nesterov && (config.momentum <= 0 || config.dampening != 0))
     fail("Sgd", fmt::format("Nesterov momentum needs momentum > 0 and dampening 0, got momentum {} and dampening {}",
                             config.momentum, config.dampening));
-  for (auto& [name, p] : params) {
+  for (const auto& [name, p, decay] : this->params()) {
     check_on_host(name, p, "Sgd");
     if (p.dtype() != DType::F32 && p.dtype() != DType::F64)
       fail("Sgd", "parameter '" + name + "' is " + p.str() + "; only float32 and float64 are supported");
     if (!p.is_contiguous()) fail("Sgd", "parameter '" + name + "' must be contiguous, got " + p.str());
     // Plain SGD keeps no buffers at all.
     Tensor momentum = config.momentum != 0 ? Tensor::zeros(p.shape(), p.dtype(), p.device()) : Tensor();
-    slots_.push_back({name, p, momentum, !decays || decays(name, p), false});
+    slots_.push_back({momentum, false});
   }
-}
-
-bool Sgd::decayed(const std::string& name) const {
-  for (const Slot& s : slots_)
-    if (s.name == name) return s.decay;
-  return false;
 }
 
 void Sgd::step(double grad_scale) {
   NoGradGuard no_grad;
-  if (schedule_) config_.lr = schedule_->at(step_);
-  ++step_;
-  for (Slot& s : slots_) {
-    Tensor g = s.param.grad();
+  begin_step();
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    const auto& [name, p, decay] = params()[i];
+    Slot& s = slots_[i];
+    Tensor g = p.grad();
     if (!g.defined()) continue;
-    check_on_host(s.name, s.param, "Sgd::step");  // moved to a GPU after construction
+    check_on_host(name, p, "Sgd::step");  // moved to a GPU after construction
     g = g.contiguous();
-    const double wd = s.decay ? config_.weight_decay : 0.0;
-    if (s.param.dtype() == DType::F32)
-      sgd_update(s.param.data<float>(), g.data<float>(), s.momentum.defined() ? s.momentum.data<float>() : nullptr,
-                 s.param.numel(), config_, config_.lr, wd, grad_scale, s.started);
+    const double wd = decay ? config_.weight_decay : 0.0;
+    if (p.dtype() == DType::F32)
+      sgd_update(p.data<float>(), g.data<float>(), s.momentum.defined() ? s.momentum.data<float>() : nullptr, p.numel(),
+                 config_, lr(), wd, grad_scale, s.started);
     else
-      sgd_update(s.param.data<double>(), g.data<double>(), s.momentum.defined() ? s.momentum.data<double>() : nullptr,
-                 s.param.numel(), config_, config_.lr, wd, grad_scale, s.started);
+      sgd_update(p.data<double>(), g.data<double>(), s.momentum.defined() ? s.momentum.data<double>() : nullptr,
+                 p.numel(), config_, lr(), wd, grad_scale, s.started);
     s.started = true;
   }
 }
 
-void Sgd::zero_grad() {
-  for (Slot& s : slots_) s.param.zero_grad();
-}
-
 std::map<std::string, Tensor> Sgd::state_tensors() const {
   std::map<std::string, Tensor> out;
-  for (const Slot& s : slots_)
-    if (s.momentum.defined()) out[s.name + ".sgd_momentum"] = s.momentum;
+  for (std::size_t i = 0; i < slots_.size(); ++i)
+    if (slots_[i].momentum.defined()) out[params()[i].name + ".sgd_momentum"] = slots_[i].momentum;
   return out;
 }
 
 void Sgd::load_state(const std::map<std::string, Tensor>& tensors, std::int64_t step) {
   // Every tensor is checked before any is copied: a bad checkpoint leaves the state as it was.
-  for (const Slot& s : slots_)
-    if (s.momentum.defined()) named_moment(tensors, s.name, s.param, ".sgd_momentum");
-  for (Slot& s : slots_) {
-    if (s.momentum.defined()) s.momentum.copy_(named_moment(tensors, s.name, s.param, ".sgd_momentum"));
+  for (std::size_t i = 0; i < slots_.size(); ++i)
+    if (slots_[i].momentum.defined()) named_moment(tensors, params()[i].name, params()[i].tensor, ".sgd_momentum");
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    if (s.momentum.defined()) s.momentum.copy_(named_moment(tensors, params()[i].name, params()[i].tensor, ".sgd_momentum"));
     s.started = step > 0;
   }
-  step_ = step;
+  set_steps(step);
 }
 
 double grad_norm(const std::vector<Tensor>& params) {

@@ -1,11 +1,14 @@
 // Optimizers (Adam, AdamW, SGD with momentum), gradient clipping by global norm and
 // learning-rate schedules.
 //
-// Adam's update is one kernel call for all parameters of a device and dtype
-// (KernelTable::adam_update, one vectorised pass); SGD's is a loop on the host. This file
-// keeps the state (moments, momentum buffers and the step count) and the bookkeeping that
-// makes a run resumable: state_tensors() / load_state() name every state tensor after its
-// parameter so a safetensors checkpoint can hold it.
+// Optimizer is the base class: it holds what every optimizer shares (the parameters with
+// their names and decay flags, the learning rate, the optional schedule and the step
+// count) and says once how they behave; Adam and Sgd add their update and their state, so
+// a training loop can hold an Optimizer&. Adam's update is one kernel call for all
+// parameters of a device and dtype (KernelTable::adam_update, one vectorised pass); SGD's
+// is a loop on the host. This file keeps the state (moments, momentum buffers and the step
+// count) and the bookkeeping that makes a run resumable: state_tensors() / load_state()
+// name every state tensor after its parameter so a safetensors checkpoint can hold it.
 #pragma once
 
 #include <cstdint>
@@ -65,33 +68,91 @@ using DecayRule = std::function<bool(const std::string& name, const Tensor& para
 // time scale toward one step.
 bool decays_by_default(const std::string& name, const Tensor& param);
 
-class Adam {
+// What Adam and Sgd share. A training loop can drive either through an Optimizer&:
+//   opt.zero_grad(); ...backward...; opt.step(clip_scale(grad_norm(...)));
+class Optimizer {
  public:
-  // params: (name, tensor) pairs, e.g. Module::named_parameters(). Weight decay applies to
-  // the parameters `decays` accepts (all of them when it is empty).
-  Adam(std::vector<std::pair<std::string, Tensor>> params, AdamConfig config, DecayRule decays = {});
+  virtual ~Optimizer() = default;
+
   // Is weight decay applied to parameter `name`? (false for unknown names)
   bool decayed(const std::string& name) const;
-  // One update of every parameter that has a gradient. Bias correction uses the step
-  // count after increment (t = 1 on the first step). Every gradient is multiplied by
-  // grad_scale first (clip_scale's factor: clipping inside the update's one pass,
-  // without rewriting the gradients).
-  void step(double grad_scale = 1.0);
+  // Drops the gradient of every parameter.
   void zero_grad();
-  void set_lr(double lr) { config_.lr = lr; }
-  double lr() const { return config_.lr; }
+  // The learning rate the next step() uses, unless a schedule is set: that overwrites it at
+  // every step, and lr() is then the rate of the step just taken.
+  void set_lr(double lr) { lr_ = lr; }
+  double lr() const { return lr_; }
+  // The number of step()s taken (or the count load_state was given).
   std::int64_t steps() const { return step_; }
-  const AdamConfig& config() const { return config_; }
   // From now on every step() first sets the learning rate to schedule.at(steps()), the
   // count before that step (the first update uses at(0)); set_lr is then overwritten at the
   // next step. schedule() is the schedule set, or nullptr.
   void set_schedule(LrSchedule schedule) { schedule_ = schedule; }
   const LrSchedule* schedule() const { return schedule_ ? &*schedule_ : nullptr; }
 
-  // "<name>.adam_m" / "<name>.adam_v" for every parameter; and the step count. (Not for a
-  // sharded optimizer, which holds only part of them: see export_moments.)
-  std::map<std::string, Tensor> state_tensors() const;
-  void load_state(const std::map<std::string, Tensor>& tensors, std::int64_t step);
+  // One update of every parameter that has a gradient, each gradient multiplied by
+  // grad_scale first (clip_scale's factor: clipping inside the update, without rewriting
+  // the gradients). Every step() starts with begin_step(): the schedule, then the count.
+  virtual void step(double grad_scale = 1.0) = 0;
+  // The optimizer's state tensors, each named after its parameter ("<name>.<kind>"), for a
+  // checkpoint; load_state takes them back (a missing tensor, or one of another shape or
+  // dtype than its parameter, is std::runtime_error naming it) and sets steps() to `step`.
+  virtual std::map<std::string, Tensor> state_tensors() const = 0;
+  virtual void load_state(const std::map<std::string, Tensor>& tensors, std::int64_t step) = 0;
+
+ protected:
+  // One parameter: its name, the tensor (a handle sharing the caller's storage) and
+  // whether weight decay applies to it.
+  struct Param {
+    std::string name;
+    Tensor tensor;
+    bool decay = true;
+  };
+  // params: (name, tensor) pairs, e.g. Module::named_parameters(). Weight decay applies to
+  // the parameters `decays` accepts (all of them when it is empty).
+  Optimizer(std::vector<std::pair<std::string, Tensor>> params, double lr, const DecayRule& decays);
+  // Copies and moves are the subclasses' (an Optimizer alone would slice).
+  Optimizer(const Optimizer&) = default;
+  Optimizer(Optimizer&&) = default;
+  Optimizer& operator=(const Optimizer&) = default;
+  Optimizer& operator=(Optimizer&&) = default;
+
+  // The parameters, in the order given.
+  const std::vector<Param>& params() const { return params_; }
+  // What every subclass's step() does first: lr = schedule.at(steps()) when a schedule is
+  // set, then steps() + 1 (so the update of step t, counted from 1, sees steps() == t).
+  void begin_step() {
+    if (schedule_) lr_ = schedule_->at(step_);
+    ++step_;
+  }
+  // For load_state and its like: the count of steps already taken.
+  void set_steps(std::int64_t step) { step_ = step; }
+
+ private:
+  std::vector<Param> params_;
+  double lr_;
+  std::optional<LrSchedule> schedule_;
+  std::int64_t step_ = 0;
+};
+
+// Adam, or AdamW when config.decoupled (as AdamConfig says).
+class Adam : public Optimizer {
+ public:
+  // params and decays as Optimizer's; config.lr is the starting lr().
+  Adam(std::vector<std::pair<std::string, Tensor>> params, AdamConfig config, DecayRule decays = {});
+  // Bias correction uses the step count after increment (t = 1 on the first step).
+  void step(double grad_scale = 1.0) override;
+  // The hyper-parameters, with .lr the current lr().
+  AdamConfig config() const {
+    AdamConfig c = config_;
+    c.lr = lr();
+    return c;
+  }
+
+  // "<name>.adam_m" / "<name>.adam_v" for every parameter. (Not for a sharded optimizer,
+  // which holds only part of them: see export_moments.)
+  std::map<std::string, Tensor> state_tensors() const override;
+  void load_state(const std::map<std::string, Tensor>& tensors, std::int64_t step) override;
 
   // ZeRO stage 1, one rank's part of a data-parallel optimizer. Lay the parameters end to
   // end in their order (element i of a parameter at that parameter's offset + i): from now
@@ -112,18 +173,15 @@ class Adam {
   void flatten_state(const std::map<std::string, Tensor>& tensors, std::span<float> m, std::span<float> v) const;
 
  private:
+  // The state of params()[i], at index i.
   struct Slot {
-    std::string name;
-    Tensor param, m, v;  // m and v: the parameter's shape, or 1-D over the kept elements
-    bool decay = true;
+    Tensor m, v;  // the parameter's shape, or 1-D over the kept elements
     std::int64_t flat_offset = 0;      // where the parameter starts in the flat layout
     std::int64_t first = 0, kept = 0;  // the elements [first, first + kept) this optimizer updates
   };
   void check_flat(std::size_t m_size, std::size_t v_size, const char* op) const;
   std::vector<Slot> slots_;
-  AdamConfig config_;
-  std::optional<LrSchedule> schedule_;
-  std::int64_t step_ = 0;
+  AdamConfig config_;  // its lr is unused: the rate is Optimizer's lr()
   bool sharded_ = false;
 };
 
@@ -142,26 +200,20 @@ struct SgdConfig {
 // The update is a plain loop on the host, in the parameter's dtype (float32 or float64):
 // parameters must be on the CPU — a CUDA parameter is refused with std::invalid_argument
 // (there is no SGD kernel; use Adam there), at construction and at every step.
-class Sgd {
+class Sgd : public Optimizer {
  public:
-  // params: (name, tensor) pairs, e.g. Module::named_parameters(). Weight decay applies to
-  // the parameters `decays` accepts (all of them when it is empty). std::invalid_argument
+  // params and decays as Optimizer's; config.lr is the starting lr(). std::invalid_argument
   // for a negative lr, momentum or weight decay, nesterov without momentum or with
   // dampening, and a parameter that is not contiguous or not float32/float64 on the CPU.
   Sgd(std::vector<std::pair<std::string, Tensor>> params, SgdConfig config, DecayRule decays = {});
-  // Is weight decay applied to parameter `name`? (false for unknown names)
-  bool decayed(const std::string& name) const;
-  // One update of every parameter that has a gradient (the others, and their momentum,
-  // are left as they are). Every gradient is multiplied by grad_scale first, as in Adam.
-  void step(double grad_scale = 1.0);
-  void zero_grad();
-  void set_lr(double lr) { config_.lr = lr; }
-  double lr() const { return config_.lr; }
-  std::int64_t steps() const { return step_; }
-  const SgdConfig& config() const { return config_; }
-  // As Adam's: step() first sets lr = schedule.at(steps()).
-  void set_schedule(LrSchedule schedule) { schedule_ = schedule; }
-  const LrSchedule* schedule() const { return schedule_ ? &*schedule_ : nullptr; }
+  // Parameters without a gradient, and their momentum, are left as they are.
+  void step(double grad_scale = 1.0) override;
+  // The hyper-parameters, with .lr the current lr().
+  SgdConfig config() const {
+    SgdConfig c = config_;
+    c.lr = lr();
+    return c;
+  }
 
   // "<name>.sgd_momentum" for every parameter (none when momentum is 0: plain SGD has no
   // state but the step count). load_state takes them back with Adam::load_state's checks,
@@ -169,20 +221,17 @@ class Sgd {
   // momentum * buf + (1 - dampening) * g. (Only a parameter that had no gradient in any of
   // the first `step` steps differs from PyTorch then, and only with dampening != 0:
   // PyTorch would start its buffer at g.)
-  std::map<std::string, Tensor> state_tensors() const;
-  void load_state(const std::map<std::string, Tensor>& tensors, std::int64_t step);
+  std::map<std::string, Tensor> state_tensors() const override;
+  void load_state(const std::map<std::string, Tensor>& tensors, std::int64_t step) override;
 
  private:
+  // The state of params()[i], at index i.
   struct Slot {
-    std::string name;
-    Tensor param, momentum;  // momentum: the parameter's shape; undefined when config.momentum is 0
-    bool decay = true;
+    Tensor momentum;       // the parameter's shape; undefined when config.momentum is 0
     bool started = false;  // has the momentum buffer been set by an update (or loaded)?
   };
   std::vector<Slot> slots_;
-  SgdConfig config_;
-  std::optional<LrSchedule> schedule_;
-  std::int64_t step_ = 0;
+  SgdConfig config_;  // its lr is unused: the rate is Optimizer's lr()
 };
 
 // The global L2 norm of all gradients (parameters without one are skipped).
@@ -192,7 +241,7 @@ double grad_norm(const std::vector<Tensor>& params);
 double clip_scale(double norm, double max_norm);
 // Scales all gradients so their global L2 norm is at most max_norm; returns the norm
 // before clipping. (A training loop can instead pass clip_scale(grad_norm(...)) to
-// Adam::step, which avoids rewriting the gradients.)
+// Optimizer::step, which avoids rewriting the gradients.)
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 
 }  // namespace wedge

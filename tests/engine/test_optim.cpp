@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -621,5 +622,74 @@ TEST_CASE("an optimizer with a schedule applies exactly the learning rates of a 
       CAPTURE(step);
       CHECK(same_bits(scheduled, manual));
     }
+  }
+}
+
+TEST_CASE("Adam and Sgd driven through an Optimizer& follow the schedule and equal the concrete-type loop bit for bit") {
+  LrSchedule sched{.kind = LrSchedule::Kind::WarmupLinear, .base_lr = 0.05, .warmup_steps = 2, .total_steps = 5, .min_lr = 0.005};
+  auto make = [] {
+    Tensor p = Tensor::from_vector<float>({0.5f, -1.5f, 2.0f}, {3});
+    p.set_requires_grad(true);
+    return p;
+  };
+  auto grad = [](int step) {
+    return Tensor::from_vector<float>({0.3f * static_cast<float>(step + 1), -0.7f, 0.1f / static_cast<float>(step + 1)}, {3});
+  };
+  // A training loop that knows only the base class; the learning rate each step used.
+  auto train = [&](Optimizer& opt, Tensor& p) {
+    opt.set_schedule(sched);
+    std::vector<double> lrs;
+    for (int step = 0; step < 5; ++step) {
+      opt.zero_grad();
+      p.set_grad(grad(step));
+      opt.step(0.5);
+      lrs.push_back(opt.lr());
+    }
+    return lrs;
+  };
+  auto same_bits = [](const Tensor& a, const Tensor& b) {
+    const std::vector<float> x = a.to_vector<float>(), y = b.to_vector<float>();
+    return std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+  };
+  AdamConfig adam_cfg;
+  adam_cfg.weight_decay = 0.1;
+  SgdConfig sgd_cfg;
+  sgd_cfg.momentum = 0.9;
+  sgd_cfg.weight_decay = 0.1;
+  for (const bool sgd : {false, true}) {
+    CAPTURE(sgd);
+    Tensor through_base = make(), concrete = make();
+    std::unique_ptr<Optimizer> base;
+    if (sgd)
+      base = std::make_unique<Sgd>(std::vector<std::pair<std::string, Tensor>>{{"p", through_base}}, sgd_cfg);
+    else
+      base = std::make_unique<Adam>(std::vector<std::pair<std::string, Tensor>>{{"p", through_base}}, adam_cfg);
+    const std::vector<double> lrs = train(*base, through_base);
+    REQUIRE(lrs.size() == 5);
+    for (std::int64_t step = 0; step < 5; ++step) CHECK(lrs[static_cast<std::size_t>(step)] == sched.at(step));
+    CHECK(base->steps() == 5);
+    REQUIRE(base->schedule() != nullptr);
+    CHECK(base->decayed("p"));
+    // The same run on the concrete type.
+    auto concrete_loop = [&](auto& opt) {
+      opt.set_schedule(sched);
+      for (int step = 0; step < 5; ++step) {
+        opt.zero_grad();
+        concrete.set_grad(grad(step));
+        opt.step(0.5);
+      }
+      CHECK(opt.config().lr == opt.lr());
+      CHECK(opt.config().lr == sched.at(4));
+      CHECK(base->state_tensors().size() == opt.state_tensors().size());
+    };
+    if (sgd) {
+      Sgd opt({{"p", concrete}}, sgd_cfg);
+      concrete_loop(opt);
+    } else {
+      Adam opt({{"p", concrete}}, adam_cfg);
+      concrete_loop(opt);
+    }
+    CHECK(same_bits(through_base, concrete));
+    CHECK_FALSE(same_bits(through_base, make()));  // the steps moved the parameter
   }
 }
