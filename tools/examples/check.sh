@@ -4,8 +4,9 @@
 #   tools/examples/check.sh PREFIX BUILD_ROOT TEXT_FILE
 #
 # PREFIX is where `cmake --install` put wedge, BUILD_ROOT a scratch directory for the
-# examples' build trees, TEXT_FILE any text for tiny_lm to train on. Fails (non-zero) if
-# an example does not configure, build, or pass its own check.
+# examples' build trees, TEXT_FILE any text for tiny_lm to train on (and for the run that
+# finetune starts from: PREFIX/bin/wedge learns a vocabulary of it and trains a small model
+# on it). Fails (non-zero) if an example does not configure, build, or pass its own check.
 set -euo pipefail
 
 if [[ $# -ne 3 ]]; then
@@ -42,5 +43,14 @@ if [[ $status -ne 1 || "$message" != "error: "*"$missing"* ]]; then
   exit 1
 fi
 echo "$message"
+
+build finetune
+echo "== finetune: a run of the command line, tuned on $examples/README.md"
+wedge_cli="$prefix/bin/wedge"
+run="$build_root/finetune/run"
+"$wedge_cli" vocab train --size 400 --out "$build_root/finetune/vocab.txt" "$text_file" > /dev/null
+"$wedge_cli" train --data text --train "$text_file" --vocab "$build_root/finetune/vocab.txt" --layers 1 --d-model 32 \
+  --d-ff 64 --heads 2 --block 32 --batch 8 --max-steps 40 --log-every 1000 --overwrite --out "$run" > /dev/null
+"$build_root/finetune/finetune" "$run" "$examples/README.md" --steps 60
 
 echo "== examples: all passed"
