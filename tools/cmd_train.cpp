@@ -23,6 +23,7 @@
 #include "models/memory_check.h"
 #include "ops/ops.h"
 #include "tools/commands.h"
+#include "tools/config_file.h"
 #include "tools/generation.h"
 #include "tools/model_flags.h"
 #include "tools/nli_task.h"
@@ -176,7 +177,15 @@ void register_train(CLI::App& app) {
   cmd->add_option("--comm-timeout", st->comm_timeout,
                   "Under mpirun: seconds a process waits for the others in a collective before ending the job "
                   "(default 600, or WEDGE_COMM_TIMEOUT; 0: forever)");
-  cmd->add_option("--out", st->out, "Run directory (checkpoints, config, metrics)")->required();
+  cmd->add_option("--out", st->out, "Run directory (checkpoints, config, vocabulary, metrics); required to train");
+  auto config_file = std::make_shared<std::string>();
+  auto print_config = std::make_shared<bool>(false);
+  cmd->add_option("--config", *config_file,
+                  "Settings from a JSON file shaped like a run's config.json ({\"model\": {...}, \"train\": {...}}, "
+                  "a run's own config.json included); flags given override it")
+      ->check(CLI::ExistingFile);
+  cmd->add_flag("--print-config", *print_config,
+                "Print the configuration these flags (and --config) resolve to, as --config reads it, and exit");
   cmd->add_option("--device", st->device, "cpu or cuda[:N]")->capture_default_str();
   cmd->add_option("--precision", st->precision, "Precision of the matrix products: fp32, or bf16 (mixed precision: GEMM operands rounded to bfloat16, fp32 accumulation, fp32 weights, optimizer and every other op)" "; a run keeps the precision it began with")
       ->check(CLI::IsMember({"fp32", "bf16"}))
@@ -191,11 +200,11 @@ void register_train(CLI::App& app) {
   cmd->add_flag("--overwrite", st->overwrite, "Replace the run already in --out (without it, such a folder is refused)")
       ->excludes("--resume");
   cmd->add_flag("--json", st->json, "Progress on stderr; last stdout line is one JSON object with the results");
-  cmd->callback([flags, st, nli, cmd] {
+  cmd->callback([flags, st, nli, cmd, config_file, print_config] {
     for (const CLI::Option* o : cmd->get_options())
       if (o->count() > 0 && !o->get_lnames().empty()) st->given.insert("--" + o->get_lnames().front());
     if (nli->task == "nli") {
-      for (const char* flag : {"--init-from", "--schedule", "--min-lr"})
+      for (const char* flag : {"--init-from", "--schedule", "--min-lr", "--config", "--print-config"})
         if (cmd->count(flag) > 0) throw CLI::ValidationError(flag, "is for language models (--task lm) for now");
       return train_nli_task(cmd, *flags, *st, *nli);
     }
@@ -207,34 +216,43 @@ void register_train(CLI::App& app) {
       for (const char* flag : {"--train", "--valid", "--test"})
         if (cmd->count(flag) > 0) throw CLI::ValidationError(flag, "is for --data text only");
     if (flags->no_mix_out_proj) cfg.mix_out_proj = false;
+    if (*print_config && (st->resume || !st->init_from.empty()))
+      throw CLI::ValidationError("--print-config", "shows a new run's configuration; a run's own is its config.json");
+    if (!config_file->empty()) apply_config_file(*config_file, cfg, *st, st->given);
+    // A setting the user chose: on the command line or in --config.
+    const auto chosen = [&](const char* flag) { return st->given.count(flag) > 0; };
     const bool synthetic = st->corpus.data.empty() || st->corpus.data == "synthetic";
     const bool fresh_sizes = !st->resume && st->init_from.empty();  // a resumed or started-from run has its sizes
-    if (!st->init_from.empty() && cmd->count("--block") == 0) {
+    if (!st->init_from.empty() && !chosen("--block")) {
       // A fine-tune trains on blocks as long as its parent's, unless told otherwise.
       const ParentRun parent = parse_init_from(st->init_from);
       check_parent_files(parent);
       cfg.block = json_field(read_json_file(parent.dir + "/config.json").value("train", nlohmann::json::object()), "block",
                              cfg.block);
     }
-    if (synthetic && cmd->count("--block") == 0 && fresh_sizes) cfg.block = 64;  // the built-in default job
+    if (synthetic && !chosen("--block") && fresh_sizes) cfg.block = 64;  // the built-in default job
     if (synthetic && !st->resume) {
       // The built-in job: a small model that visibly learns within a minute on 2 cores,
       // unless the user chose sizes.
       if (fresh_sizes) {
-        if (cmd->count("--layers") == 0) cfg.layers = 2;
-        if (cmd->count("--d-model") == 0) cfg.d_model = 64;
-        if (cmd->count("--d-ff") == 0) cfg.d_ff = 4 * cfg.d_model;
-        if (cmd->count("--heads") == 0) cfg.heads = 4;
-        if (cmd->count("--rank") == 0) cfg.rank = 16;
+        if (!chosen("--layers")) cfg.layers = 2;
+        if (!chosen("--d-model")) cfg.d_model = 64;
+        if (!chosen("--d-ff")) cfg.d_ff = 4 * cfg.d_model;
+        if (!chosen("--heads")) cfg.heads = 4;
+        if (!chosen("--rank")) cfg.rank = 16;
       }
-      if (cmd->count("--batch") == 0) st->batch = 16;
-      if (cmd->count("--lr") == 0) st->lr = 2e-3;
-      if (cmd->count("--dropout") == 0) cfg.dropout = 0.0;
-      if (cmd->count("--eval-every") == 0) st->eval_every = 100;
-      if (cmd->count("--max-steps") == 0 && cmd->count("--epochs") == 0) st->max_steps = 300;
+      if (!chosen("--batch")) st->batch = 16;
+      if (!chosen("--lr")) st->lr = 2e-3;
+      if (!chosen("--dropout")) cfg.dropout = 0.0;
+      if (!chosen("--eval-every")) st->eval_every = 100;
+      if (!chosen("--max-steps") && !chosen("--epochs")) st->max_steps = 300;
     }
     st->block = cfg.block;
     st->seed = cfg.seed;
+    if (*print_config) {
+      fmt::print("{}\n", printable_config(cfg, *st).dump(2));
+      return;
+    }
     TrainResult r = train(cfg, *st);
     if (!dist::Communicator::world().is_root() || r.already_finished) return;  // rank 0 reports; a finished run said so
     if (r.corpus == "synthetic" && !st->json && !r.interrupted) {

@@ -71,6 +71,27 @@ nlohmann::json TrainSettings::to_json() const {
   return j;
 }
 
+void TrainSettings::read_json(const nlohmann::json& t) {
+  if (t.contains("data")) corpus = CorpusSpec::read_from(t);
+  epochs = json_field(t, "epochs", epochs);
+  batch = json_field(t, "batch", batch);
+  block = json_field(t, "block", block);
+  lr = json_field(t, "lr", lr);
+  schedule = json_field(t, "schedule", schedule);
+  min_lr_ratio = json_field(t, "min_lr_ratio", min_lr_ratio);
+  min_lr = json_field(t, "min_lr", min_lr);
+  warmup = json_field(t, "warmup", warmup);
+  weight_decay = json_field(t, "weight_decay", weight_decay);
+  clip = json_field(t, "clip", clip);
+  seed = json_field(t, "seed", seed);
+  max_steps = json_field(t, "max_steps", max_steps);
+  micro_batch = json_field(t, "micro_batch", micro_batch);
+  deterministic = json_field(t, "deterministic", deterministic);
+  eval_every = json_field(t, "eval_every", eval_every);
+  device = json_field(t, "device", device);
+  precision = json_field(t, "precision", precision);
+}
+
 // ---- evaluation --------------------------------------------------------------------------------
 
 namespace {
@@ -258,31 +279,22 @@ void adopt_recorded_settings(TrainSettings& st, const nlohmann::json& j, const T
   for (const char* section : {"model", "train"})
     refuse_changed_flags(given.given, free, wanted, j, section, config_path, "train --resume", hint);
   const nlohmann::json& t = j.at("train");
-  const CorpusSpec recorded = CorpusSpec::read_from(t);
-  st.corpus = recorded;
+  // What a run recorded before these settings existed: runs before schedules were chosen
+  // were cosine, before mixed precision fp32, before micro-batches one piece per process.
+  st.schedule = "cosine";
+  st.min_lr = -1;
+  st.precision = "fp32";
+  st.micro_batch = 0;
+  st.deterministic = false;
+  st.read_json(t);
+  st.corpus = CorpusSpec::read_from(t);
   if (!given.corpus.data_dir.empty()) st.corpus.data_dir = given.corpus.data_dir;
   if (!given.corpus.vocab.empty()) st.corpus.vocab = given.corpus.vocab;
-  auto length = [&](const char* flag, const char* key, std::int64_t value) {
-    return given.given.count(flag) > 0 ? value : json_field(t, key, value);
-  };
-  st.epochs = length("--epochs", "epochs", st.epochs);
-  st.max_steps = length("--max-steps", "max_steps", st.max_steps);
-  st.eval_every = length("--eval-every", "eval_every", st.eval_every);
-  st.batch = json_field(t, "batch", st.batch);
-  st.block = json_field(t, "block", st.block);
-  st.lr = json_field(t, "lr", st.lr);
-  st.schedule = json_field(t, "schedule", std::string("cosine"));  // runs from before schedules were chosen
-  st.min_lr_ratio = json_field(t, "min_lr_ratio", st.min_lr_ratio);
-  st.min_lr = json_field(t, "min_lr", -1.0);
-  st.warmup = json_field(t, "warmup", st.warmup);
-  st.weight_decay = json_field(t, "weight_decay", st.weight_decay);
-  st.clip = json_field(t, "clip", st.clip);
-  st.seed = json_field(t, "seed", st.seed);
-  // runs from before mixed precision were fp32
-  st.precision = json_field(t, "precision", std::string("fp32"));
-  // runs from before micro-batches took one piece per process, summed in any order
-  st.micro_batch = json_field(t, "micro_batch", std::int64_t{0});
-  st.deterministic = json_field(t, "deterministic", false);
+  // The length and the evaluation cadence as given now, if given.
+  if (given.given.count("--epochs") > 0) st.epochs = given.epochs;
+  if (given.given.count("--max-steps") > 0) st.max_steps = given.max_steps;
+  if (given.given.count("--eval-every") > 0) st.eval_every = given.eval_every;
+  st.device = given.device;  // where it runs now
 }
 
 // The steps a run of these settings takes: its epochs, or --max-steps when given.

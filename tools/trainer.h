@@ -82,6 +82,9 @@ struct TrainSettings {
   std::string precision = "fp32";  // fp32 | bf16 (engine/precision.h); a resumed run keeps its own
 
   nlohmann::json to_json() const;
+  // Sets each setting to_json() names that `j` holds (the data files through
+  // CorpusSpec::read_from when "data" is there); the others stay as they are.
+  void read_json(const nlohmann::json& j);
   // Range checks, each naming the flag, or the field of `config_file` for a resumed run.
   void validate(const std::string& config_file) const;
 };

@@ -193,3 +193,44 @@ TEST_CASE("--init-from: the parent's exact weights, a fresh optimizer and schedu
   CHECK(missing.text().find("no run there") != std::string::npos);
   fs::remove_all(data.dir);
 }
+
+TEST_CASE("--config: a run's config.json starts the same run again; flags override; --print-config round-trips") {
+  if (!fs::exists(WEDGE_CLI)) return;
+  const std::string dir = wedge::testing::fresh_run_dir("config_file");
+  fs::create_directories(dir);
+  const std::string a = dir + "/a", b = dir + "/b";
+  REQUIRE(run("train --model grassmann --layers 1 --d-model 24 --rank 6 --lr 0.004 --max-steps 5 --json --out " + a).status == 0);
+  // Everything the first run chose comes back from its config.json: the same losses, bit for bit.
+  const Run again = run("train --config " + a + "/config.json --json --out " + b);
+  CHECK_MESSAGE(again.status == 0, again.text());
+  const auto la = wedge::testing::step_losses(a), lb = wedge::testing::step_losses(b);
+  REQUIRE(la.size() == 5);
+  CHECK(la == lb);
+  CHECK(read_json(b + "/config.json")["model"] == read_json(a + "/config.json")["model"]);
+  // --print-config shows what the flags resolve to, and reads back to the same.
+  const Run printed = run("train --config " + a + "/config.json --lr 0.001 --print-config");
+  REQUIRE(printed.status == 0);
+  const auto shown = nlohmann::json::parse(printed.out);
+  CHECK(shown["train"]["lr"] == 0.001);  // the flag wins over the file
+  CHECK(shown["model"]["model"] == "grassmann");
+  CHECK(shown["model"]["rank"] == 6);
+  std::ofstream(dir + "/shown.json") << printed.out;
+  const Run reread = run("train --config " + dir + "/shown.json --print-config");
+  CHECK(nlohmann::json::parse(reread.out) == shown);
+  CHECK(!fs::exists(dir + "/c"));  // printing trains nothing and makes no folder
+  // A key that is no setting, or a value of the wrong type, is named.
+  std::ofstream(dir + "/typo.json") << R"({"model": {"layrs": 3}})";
+  const Run typo = run("train --config " + dir + "/typo.json --print-config");
+  CHECK(WEXITSTATUS(typo.status) == 1);
+  CHECK(typo.text().find("model.layrs is not a setting") != std::string::npos);
+  std::ofstream(dir + "/type.json") << R"({"train": {"lr": "fast"}})";
+  const Run type = run("train --config " + dir + "/type.json --print-config");
+  CHECK(WEXITSTATUS(type.status) == 1);
+  CHECK(type.text().find("--config " + dir + "/type.json") != std::string::npos);
+  // On --resume the file's values are asked for like flags: another lr is refused.
+  std::ofstream(dir + "/lr.json") << R"({"train": {"lr": 0.1}})";
+  const Run resumed = run("train --resume --config " + dir + "/lr.json --out " + a);
+  CHECK(WEXITSTATUS(resumed.status) == 1);
+  CHECK(resumed.text().find("--lr 0.1 differs from the run's 0.004") != std::string::npos);
+  fs::remove_all(dir);
+}
