@@ -225,10 +225,7 @@ void register_train(CLI::App& app) {
     const bool fresh_sizes = !st->resume && st->init_from.empty();  // a resumed or started-from run has its sizes
     if (!st->init_from.empty() && !chosen("--block")) {
       // A fine-tune trains on blocks as long as its parent's, unless told otherwise.
-      const ParentRun parent = parse_init_from(st->init_from);
-      check_parent_files(parent);
-      cfg.block = json_field(read_json_file(parent.dir + "/config.json").value("train", nlohmann::json::object()), "block",
-                             cfg.block);
+      cfg.block = json_field(ParentRun::open(st->init_from).config.at("train"), "block", cfg.block);
     }
     if (synthetic && !chosen("--block") && fresh_sizes) cfg.block = 64;  // the built-in default job
     if (synthetic && !st->resume) {

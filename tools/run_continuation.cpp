@@ -8,7 +8,10 @@
 #include <fmt/core.h>
 
 #include "engine/json_field.h"
+#include "engine/safetensors.h"
 #include "engine/sha256.h"
+#include "tools/run_folder.h"
+#include "tools/training_support.h"
 
 namespace wedge::tools {
 
@@ -106,14 +109,9 @@ CorpusSpec run_corpus_spec(const std::string& run_dir, const nlohmann::json& set
   return spec;
 }
 
-std::string ParentRun::file() const {
-  const std::string best = dir + "/best.safetensors";
-  if (checkpoint == "best" && fs::exists(best)) return best;
-  return dir + "/last.safetensors";
-}
-
-ParentRun parse_init_from(const std::string& arg) {
+ParentRun ParentRun::from(const std::string& arg, nlohmann::json config) {
   ParentRun p;
+  p.arg = arg;
   p.dir = arg;
   for (const char* which : {"best", "last"}) {
     const std::string suffix = std::string(":") + which;
@@ -123,14 +121,69 @@ ParentRun parse_init_from(const std::string& arg) {
     }
   }
   if (p.dir.empty()) throw std::invalid_argument("--init-from needs a run folder: RUN, RUN:best or RUN:last");
+  p.config = std::move(config);
   return p;
 }
 
-void check_parent_files(const ParentRun& p) {
-  if (!fs::exists(p.dir + "/config.json"))
-    throw std::invalid_argument(fmt::format("--init-from {}: no run there ({}/config.json is missing)", p.dir, p.dir));
+ParentRun ParentRun::open(const std::string& arg) {
+  ParentRun p = from(arg, nlohmann::json::object());
+  const std::string path = p.dir + "/config.json";
+  if (!fs::exists(path)) throw std::invalid_argument(fmt::format("--init-from {}: no run there ({} is missing)", arg, path));
+  p.config = read_json_file(path);
+  if (json_field(p.config, "task", std::string("lm")) != "lm" || !p.config.contains("model") || !p.config.contains("train"))
+    throw std::invalid_argument(fmt::format("--init-from {}: not a language-model run ({})", arg, path));
   if (!fs::exists(p.file()))
-    throw std::invalid_argument(fmt::format("--init-from {}: the run has no checkpoint yet ({} is missing)", p.dir, p.file()));
+    throw std::invalid_argument(fmt::format("--init-from {}: the run has no checkpoint yet ({} is missing)", arg, p.file()));
+  return p;
+}
+
+std::string ParentRun::file() const {
+  const std::string best = dir + "/best.safetensors";
+  if (checkpoint == "best" && fs::exists(best)) return best;
+  return dir + "/last.safetensors";
+}
+
+models::LMConfig ParentRun::model_config(const models::LMConfig& flags, const GivenFlags& given) const {
+  // What a fine-tune may choose anew: its regularisation, its seed (dropout and the order of
+  // the data), its block (checked against the position table later) and its vocabulary file
+  // (checked by content).
+  static const std::set<std::string> tunable = {"--dropout", "--energy-weight", "--balance-weight", "--seed",
+                                                "--block",   "--vocab",         "--vocab-size"};
+  const std::string path = dir + "/config.json";
+  refuse_changed_flags(given, tunable, nlohmann::json{{"model", flags}}, config, "model", path, "train --init-from " + arg,
+                       "; a run started from another takes its sizes");
+  nlohmann::json model = config.at("model");
+  const nlohmann::json wanted = flags;
+  for (const char* flag : {"--dropout", "--energy-weight", "--balance-weight"})
+    if (given.count(flag) > 0) model[config_key_of_flag(flag)] = wanted.at(config_key_of_flag(flag));
+  try {
+    return model.get<models::LMConfig>();
+  } catch (const std::exception& e) {
+    throw std::runtime_error("--init-from: cannot read " + path + ": " + e.what());
+  }
+}
+
+void ParentRun::check_vocabulary(const Corpus& corpus) const {
+  const std::string theirs = json_field(config.at("train"), "vocab_sha256", std::string());
+  const std::string ours = sha256_hex(corpus.codec.vocab_text);
+  const auto entries = json_field(config.at("model"), "vocab_size", std::int64_t{0});
+  if ((!theirs.empty() && theirs != ours) || entries != corpus.vocab_size)
+    throw std::invalid_argument(fmt::format(
+        "--init-from {}: the vocabulary of {} ({} entries) is not the one the parent run was trained with ({} entries{}); "
+        "its token ids would mean other words",
+        arg, corpus.name, corpus.vocab_size, entries, theirs.empty() ? "" : ", sha256 " + theirs));
+}
+
+nlohmann::json ParentRun::load_weights(Module& model) const {
+  const std::string path = file();
+  const SafeTensors ck = load_safetensors(path);
+  load_parameters(model, ck, path);
+  auto absolute = [](const std::string& p) { return fs::absolute(p).lexically_normal().string(); };
+  return {{"run", absolute(dir)},
+          {"checkpoint", checkpoint},
+          {"file", absolute(path)},
+          {"step", metadata_int(ck, "step", path)},
+          {"sha256", sha256_file(path)}};
 }
 
 }  // namespace wedge::tools

@@ -25,6 +25,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/module.h"
+#include "models/lm.h"
 #include "tools/corpus.h"
 
 namespace wedge::tools {
@@ -66,14 +68,28 @@ TextCodec run_codec(const std::string& run_dir, const nlohmann::json& settings);
 CorpusSpec run_corpus_spec(const std::string& run_dir, const nlohmann::json& settings);
 
 // --init-from RUN[:best|last] (best when no suffix; a best that was never written falls
-// back to last, as `wedge eval` does).
+// back to last, as `wedge eval` does): the parent run a fine-tune starts from.
 struct ParentRun {
+  std::string arg;  // as given
   std::string dir;
   std::string checkpoint = "best";
+  nlohmann::json config;  // its config.json
+
+  // Reads the parent (its config.json and checkpoint must be there; a sentence-pair
+  // classifier is refused): std::invalid_argument naming what is wrong.
+  static ParentRun open(const std::string& arg);
+  // The parent of `arg` whose config.json another process read.
+  static ParentRun from(const std::string& arg, nlohmann::json config);
+
   std::string file() const;  // the checkpoint's path
+  // The fine-tune's model: the parent's sizes (a size flag given that differs is refused),
+  // with --dropout, --energy-weight and --balance-weight as given.
+  models::LMConfig model_config(const models::LMConfig& flags, const GivenFlags& given) const;
+  // The corpus must read text with the parent's vocabulary, byte for byte.
+  void check_vocabulary(const Corpus& corpus) const;
+  // Loads the checkpoint into `model`; returns what config.json records of the parent:
+  // {"run", "checkpoint", "file", "step", "sha256"}.
+  nlohmann::json load_weights(Module& model) const;
 };
-ParentRun parse_init_from(const std::string& arg);
-// Its config.json and the checkpoint are there (std::invalid_argument naming what is missing).
-void check_parent_files(const ParentRun& parent);
 
 }  // namespace wedge::tools

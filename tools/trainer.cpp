@@ -22,7 +22,6 @@
 #include "engine/optim.h"
 #include "engine/rng.h"
 #include "engine/safetensors.h"
-#include "engine/sha256.h"
 #include "engine/thread_pool.h"
 #include "kernels/cpu/cpu.h"
 #include "data/wikitext.h"
@@ -383,37 +382,15 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     st.validate(config_path);
     plan = PiecePlan::make(st.batch, st.micro_batch, st.deterministic, comm, config_path);
   }
-  // --init-from: the parent's sizes, with a fine-tune's own dropout and auxiliary weights.
+  // --init-from: rank 0 reads the parent run and shares its config.json (its checkpoint
+  // reaches the other ranks with the first broadcast of the parameters).
   std::optional<ParentRun> parent;
-  nlohmann::json parent_config;
   if (!st.init_from.empty()) {
-    // Rank 0 reads the parent (its checkpoint reaches the others with the first broadcast).
-    parent = parse_init_from(st.init_from);
-    const std::string parent_path = parent->dir + "/config.json";
     std::string text;
-    if (comm.is_root()) {
-      check_parent_files(*parent);
-      text = read_json_file(parent_path).dump();
-    }
+    if (comm.is_root()) text = ParentRun::open(st.init_from).config.dump();
     comm.broadcast(text);
-    parent_config = nlohmann::json::parse(text);
-    if (json_field(parent_config, "task", std::string("lm")) != "lm" || !parent_config.contains("model"))
-      throw std::invalid_argument(fmt::format("--init-from {}: not a language-model run ({})", st.init_from, parent_path));
-    static const std::set<std::string> tunable = {"--dropout", "--energy-weight", "--balance-weight", "--seed",
-                                                  "--block",   "--vocab",         "--vocab-size"};
-    refuse_changed_flags(settings_in.given, tunable, nlohmann::json{{"model", config_in}}, parent_config, "model", parent_path,
-                         "train --init-from " + st.init_from, "; a run started from another takes its sizes");
-    try {
-      config = parent_config.at("model").get<models::LMConfig>();
-    } catch (const std::exception& e) {
-      throw std::runtime_error("--init-from: cannot read " + parent_path + ": " + e.what());
-    }
-    for (const char* flag : {"--dropout", "--energy-weight", "--balance-weight"})
-      if (settings_in.given.count(flag) > 0) {
-        nlohmann::json c = config;
-        c[config_key_of_flag(flag)] = nlohmann::json(config_in)[config_key_of_flag(flag)];
-        config = c.get<models::LMConfig>();
-      }
+    parent = ParentRun::from(st.init_from, nlohmann::json::parse(text));
+    config = parent->model_config(config_in, settings_in.given);
   }
   if (st.corpus.data == "synthetic") st.corpus.data.clear();
   st.corpus.seed = st.seed;
@@ -433,18 +410,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     if (!parent) config.block = std::max(config.block, st.block);  // a parent's position table is what it is
     config.seed = st.seed;
   }
-  if (parent) {
-    // The parent's token ids must mean the same words: the same vocabulary, byte for byte.
-    const nlohmann::json& pt = parent_config.at("train");
-    const std::string theirs = json_field(pt, "vocab_sha256", std::string());
-    const std::string ours = vocab_record(corpus.codec).at("vocab_sha256").get<std::string>();
-    const auto parent_vocab = json_field(parent_config.at("model"), "vocab_size", std::int64_t{0});
-    if ((!theirs.empty() && theirs != ours) || parent_vocab != corpus.vocab_size)
-      throw std::invalid_argument(fmt::format(
-          "--init-from {}: the vocabulary of {} ({} entries) is not the one the parent run was trained with ({} entries{}); "
-          "its token ids would mean other words",
-          st.init_from, corpus.name, corpus.vocab_size, parent_vocab, theirs.empty() ? "" : ", sha256 " + theirs));
-  }
+  if (parent) parent->check_vocabulary(corpus);
   if (st.resume) check_same_data(recorded.at("train"), corpus, config_path, out);
   if (st.block > config.block)
     throw std::runtime_error(fmt::format("train: --block {} exceeds the model's position table ({})", st.block, config.block));
@@ -540,16 +506,9 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     t["data_sha256"] = data_fingerprint(corpus);
     t.update(vocab_record(corpus.codec));
     if (parent) {
-      const std::string file = parent->file();
-      const SafeTensors ck = load_safetensors(file);
-      load_parameters(*model, ck, file);
-      const std::int64_t parent_step = metadata_int(ck, "step", file);
-      t["init_from"] = {{"run", fs::absolute(parent->dir).lexically_normal().string()},
-                        {"checkpoint", parent->checkpoint},
-                        {"file", fs::absolute(file).lexically_normal().string()},
-                        {"step", parent_step},
-                        {"sha256", sha256_file(file)}};
-      say(fmt::format("init: the weights of {} (step {}); a fresh optimizer and schedule", file, parent_step));
+      t["init_from"] = parent->load_weights(*model);
+      say(fmt::format("init: the weights of {} (step {}); a fresh optimizer and schedule", parent->file(),
+                      t["init_from"]["step"].get<std::int64_t>()));
     }
     run->begin(nlohmann::json{{"model", config}, {"train", t}}, corpus.codec.vocab_text);
   }
