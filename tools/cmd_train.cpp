@@ -110,6 +110,8 @@ void train_nli_task(const CLI::App* cmd, const ModelFlags& flags, const TrainSet
   s.deterministic = st.deterministic;
   s.zero = st.zero;
   s.comm_timeout = st.comm_timeout;
+  s.init_from = st.init_from;
+  s.given = st.given;
   const NliResult r = train_nli(config, s);
   if (!dist::Communicator::world().is_root()) return;  // rank 0 reports for every rank
   const nlohmann::json j = {{"task", "nli"},
@@ -126,7 +128,7 @@ void train_nli_task(const CLI::App* cmd, const ModelFlags& flags, const TrainSet
                             {"majority_test", r.majority.to_json()},
                             {"interrupted", r.interrupted}};
   if (st.json) fmt::print("{}\n", j.dump());
-  else if (r.best_epoch > 0)
+  else if (r.select.count > 0)
     fmt::print("done: {} steps in {}, test accuracy {:.4f} [{:.4f}, {:.4f}] (epoch {}) - run in {}\n", r.steps,
                fmt::format("{:.0f}s", r.seconds), r.test.accuracy, r.test.accuracy_low, r.test.accuracy_high, r.best_epoch,
                st.out);
@@ -204,7 +206,7 @@ void register_train(CLI::App& app) {
     for (const CLI::Option* o : cmd->get_options())
       if (o->count() > 0 && !o->get_lnames().empty()) st->given.insert("--" + o->get_lnames().front());
     if (nli->task == "nli") {
-      for (const char* flag : {"--init-from", "--schedule", "--min-lr", "--config", "--print-config"})
+      for (const char* flag : {"--schedule", "--min-lr", "--config", "--print-config"})
         if (cmd->count(flag) > 0) throw CLI::ValidationError(flag, "is for language models (--task lm) for now");
       return train_nli_task(cmd, *flags, *st, *nli);
     }

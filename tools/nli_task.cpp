@@ -298,6 +298,23 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
   const TextCodec codec = wordpiece_codec(settings.vocab);
   const data::Tokenizer& tokenizer = *codec.tokenizer;
   models::NliConfig config = config_in;
+  // --init-from: rank 0 reads the parent classifier and shares its config.json; its sizes
+  // and vocabulary are the fine-tune's.
+  std::optional<ParentRun> parent;
+  if (!st.init_from.empty()) {
+    std::string text;
+    if (comm.is_root()) text = ParentRun::open(st.init_from, "nli").config.dump();
+    comm.broadcast(text);
+    parent = ParentRun::from(st.init_from, nlohmann::json::parse(text));
+    const nlohmann::json model = parent->model_config(nlohmann::json(config_in), st.given);
+    try {
+      config = model.get<models::NliConfig>();
+    } catch (const std::exception& e) {
+      throw std::runtime_error("--init-from: cannot read " + parent->dir + "/config.json: " + e.what());
+    }
+    config.seed = config_in.seed;
+    parent->check_vocabulary(codec, settings.vocab);
+  }
   config.vocab_size = tokenizer.vocab().size();
   config.validate();
   const auto t_load = Clock::now();
@@ -337,6 +354,11 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
     run.emplace(RunFolder::create(out, st.overwrite, " (a classifier run cannot be resumed yet)"));
     nlohmann::json t = settings.to_json();
     t.update(vocab_record(codec));
+    if (parent) {
+      t["init_from"] = parent->load_weights(*model);
+      say(fmt::format("init: the weights of {} (step {}); a fresh optimizer and schedule", parent->file(),
+                      t["init_from"]["step"].get<std::int64_t>()));
+    }
     run->begin(nlohmann::json{{"task", "nli"}, {"model", config}, {"train", t}}, codec.vocab_text);
   }
   auto save = [&](const std::string& name, std::int64_t epoch, double select_accuracy) {
@@ -360,6 +382,27 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
   const auto t_start = Clock::now();
   double best_accuracy = -1, window_loss = 0;
   std::int64_t window_steps = 0;
+  // The selection split's accuracy after `epoch` epochs; the best so far is kept.
+  auto select_epoch = [&](std::int64_t epoch) {
+    const NliEvaluation ev = evaluate_nli(*model, *splits.select, settings.batch, &comm);
+    const bool best = ev.report.accuracy > best_accuracy;
+    nlohmann::json line = report_json(ev.report);
+    line["eval"] = "select";
+    line["epoch"] = epoch;
+    line["step"] = result.steps;
+    line["loss"] = ev.loss;
+    if (run) run->append_metrics(line);
+    say(fmt::format("epoch {}  select {}{}", epoch, report_line(ev.report), best ? "  best" : ""));
+    if (best) {
+      best_accuracy = ev.report.accuracy;
+      result.best_epoch = epoch;
+      result.select = ev.report;
+      save("best.safetensors", epoch, best_accuracy);
+    }
+    if (epoch > 0) save("last.safetensors", epoch, ev.report.accuracy);
+  };
+  // A fine-tune starts by scoring the parent's weights (epoch 0) on its selection split.
+  if (parent) select_epoch(0);
   for (std::int64_t epoch = 0; epoch < settings.epochs && !result.interrupted; ++epoch) {
     const std::vector<std::uint32_t> order = splits.train->epoch_order(settings.seed, static_cast<std::uint64_t>(epoch));
     for (std::int64_t i = 0; i < per_epoch; ++i) {
@@ -418,25 +461,10 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
       }
     }
     if (result.interrupted) break;
-    const NliEvaluation ev = evaluate_nli(*model, *splits.select, settings.batch, &comm);
-    const bool best = ev.report.accuracy > best_accuracy;
-    nlohmann::json line = report_json(ev.report);
-    line["eval"] = "select";
-    line["epoch"] = epoch + 1;
-    line["step"] = result.steps;
-    line["loss"] = ev.loss;
-    if (run) run->append_metrics(line);
-    say(fmt::format("epoch {}  select {}{}", epoch + 1, report_line(ev.report), best ? "  best" : ""));
-    if (best) {
-      best_accuracy = ev.report.accuracy;
-      result.best_epoch = epoch + 1;
-      result.select = ev.report;
-      save("best.safetensors", epoch + 1, best_accuracy);
-    }
-    save("last.safetensors", epoch + 1, ev.report.accuracy);
+    select_epoch(epoch + 1);
   }
   result.seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
-  if (result.best_epoch > 0) {
+  if (best_accuracy >= 0) {
     // Rank 0 reads the best checkpoint and sends its parameters to the others.
     if (run) load_parameters(*model, run->load_checkpoint("best.safetensors"), run->file("best.safetensors"));
     if (comm.distributed())

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,10 @@ struct NliSettings {
   int threads = 0;
   std::string out;
   bool overwrite = false;  // replace the run already in `out`
+  // A new run from another classifier run's weights, "RUN[:best|last]"
+  // (tools/run_continuation.h), and the flags given, whose sizes must agree with it.
+  std::string init_from;
+  std::set<std::string> given;
   std::string device = "cpu";
   std::string precision = "fp32";  // fp32 | bf16 (engine/precision.h)
   bool json = false;

@@ -125,13 +125,14 @@ ParentRun ParentRun::from(const std::string& arg, nlohmann::json config) {
   return p;
 }
 
-ParentRun ParentRun::open(const std::string& arg) {
+ParentRun ParentRun::open(const std::string& arg, const std::string& task) {
   ParentRun p = from(arg, nlohmann::json::object());
   const std::string path = p.dir + "/config.json";
   if (!fs::exists(path)) throw std::invalid_argument(fmt::format("--init-from {}: no run there ({} is missing)", arg, path));
   p.config = read_json_file(path);
-  if (json_field(p.config, "task", std::string("lm")) != "lm" || !p.config.contains("model") || !p.config.contains("train"))
-    throw std::invalid_argument(fmt::format("--init-from {}: not a language-model run ({})", arg, path));
+  if (json_field(p.config, "task", std::string("lm")) != task || !p.config.contains("model") || !p.config.contains("train"))
+    throw std::invalid_argument(fmt::format("--init-from {}: not a {} run ({})", arg,
+                                            task == "lm" ? "language-model" : "sentence-pair classifier", path));
   if (!fs::exists(p.file()))
     throw std::invalid_argument(fmt::format("--init-from {}: the run has no checkpoint yet ({} is missing)", arg, p.file()));
   return p;
@@ -143,35 +144,31 @@ std::string ParentRun::file() const {
   return dir + "/last.safetensors";
 }
 
-models::LMConfig ParentRun::model_config(const models::LMConfig& flags, const GivenFlags& given) const {
+nlohmann::json ParentRun::model_config(const nlohmann::json& flags, const GivenFlags& given) const {
   // What a fine-tune may choose anew: its regularisation, its seed (dropout and the order of
   // the data), its block (checked against the position table later) and its vocabulary file
   // (checked by content).
   static const std::set<std::string> tunable = {"--dropout", "--energy-weight", "--balance-weight", "--seed",
                                                 "--block",   "--vocab",         "--vocab-size"};
-  const std::string path = dir + "/config.json";
-  refuse_changed_flags(given, tunable, nlohmann::json{{"model", flags}}, config, "model", path, "train --init-from " + arg,
-                       "; a run started from another takes its sizes");
+  refuse_changed_flags(given, tunable, nlohmann::json{{"model", flags}}, config, "model", dir + "/config.json",
+                       "train --init-from " + arg, "; a run started from another takes its sizes");
   nlohmann::json model = config.at("model");
-  const nlohmann::json wanted = flags;
-  for (const char* flag : {"--dropout", "--energy-weight", "--balance-weight"})
-    if (given.count(flag) > 0) model[config_key_of_flag(flag)] = wanted.at(config_key_of_flag(flag));
-  try {
-    return model.get<models::LMConfig>();
-  } catch (const std::exception& e) {
-    throw std::runtime_error("--init-from: cannot read " + path + ": " + e.what());
+  for (const char* flag : {"--dropout", "--energy-weight", "--balance-weight"}) {
+    const std::string key = config_key_of_flag(flag);
+    if (given.count(flag) > 0 && flags.contains(key)) model[key] = flags.at(key);
   }
+  return model;
 }
 
-void ParentRun::check_vocabulary(const Corpus& corpus) const {
+void ParentRun::check_vocabulary(const TextCodec& codec, const std::string& what) const {
   const std::string theirs = json_field(config.at("train"), "vocab_sha256", std::string());
-  const std::string ours = sha256_hex(corpus.codec.vocab_text);
+  const std::string ours = sha256_hex(codec.vocab_text);
   const auto entries = json_field(config.at("model"), "vocab_size", std::int64_t{0});
-  if ((!theirs.empty() && theirs != ours) || entries != corpus.vocab_size)
+  if ((!theirs.empty() && theirs != ours) || entries != codec.vocab_size)
     throw std::invalid_argument(fmt::format(
         "--init-from {}: the vocabulary of {} ({} entries) is not the one the parent run was trained with ({} entries{}); "
         "its token ids would mean other words",
-        arg, corpus.name, corpus.vocab_size, entries, theirs.empty() ? "" : ", sha256 " + theirs));
+        arg, what, codec.vocab_size, entries, theirs.empty() ? "" : ", sha256 " + theirs));
 }
 
 nlohmann::json ParentRun::load_weights(Module& model) const {

@@ -75,18 +75,21 @@ struct ParentRun {
   std::string checkpoint = "best";
   nlohmann::json config;  // its config.json
 
-  // Reads the parent (its config.json and checkpoint must be there; a sentence-pair
-  // classifier is refused): std::invalid_argument naming what is wrong.
-  static ParentRun open(const std::string& arg);
+  // Reads the parent (its config.json and checkpoint must be there, and it must be a run of
+  // `task`: "lm" or "nli"): std::invalid_argument naming what is wrong.
+  static ParentRun open(const std::string& arg, const std::string& task = "lm");
   // The parent of `arg` whose config.json another process read.
   static ParentRun from(const std::string& arg, nlohmann::json config);
 
   std::string file() const;  // the checkpoint's path
-  // The fine-tune's model: the parent's sizes (a size flag given that differs is refused),
-  // with --dropout, --energy-weight and --balance-weight as given.
-  models::LMConfig model_config(const models::LMConfig& flags, const GivenFlags& given) const;
-  // The corpus must read text with the parent's vocabulary, byte for byte.
-  void check_vocabulary(const Corpus& corpus) const;
+  // The fine-tune's model configuration (config.json's "model"): the parent's sizes (a size
+  // flag given that differs from them is refused), with the regularisation flags
+  // (--dropout, --energy-weight, --balance-weight) as given. `flags`: the configuration the
+  // flags describe, as JSON.
+  nlohmann::json model_config(const nlohmann::json& flags, const GivenFlags& given) const;
+  // The fine-tune must read text with the parent's vocabulary, byte for byte (`what` names
+  // the data, for the message).
+  void check_vocabulary(const TextCodec& codec, const std::string& what) const;
   // Loads the checkpoint into `model`; returns what config.json records of the parent:
   // {"run", "checkpoint", "file", "step", "sha256"}.
   nlohmann::json load_weights(Module& model) const;

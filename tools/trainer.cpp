@@ -390,7 +390,12 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     if (comm.is_root()) text = ParentRun::open(st.init_from).config.dump();
     comm.broadcast(text);
     parent = ParentRun::from(st.init_from, nlohmann::json::parse(text));
-    config = parent->model_config(config_in, settings_in.given);
+    const nlohmann::json model = parent->model_config(config_in, settings_in.given);
+    try {
+      config = model.get<models::LMConfig>();
+    } catch (const std::exception& e) {
+      throw std::runtime_error("--init-from: cannot read " + parent->dir + "/config.json: " + e.what());
+    }
   }
   if (st.corpus.data == "synthetic") st.corpus.data.clear();
   st.corpus.seed = st.seed;
@@ -410,7 +415,7 @@ TrainResult train(const models::LMConfig& config_in, const TrainSettings& settin
     if (!parent) config.block = std::max(config.block, st.block);  // a parent's position table is what it is
     config.seed = st.seed;
   }
-  if (parent) parent->check_vocabulary(corpus);
+  if (parent) parent->check_vocabulary(corpus.codec, corpus.name);
   if (st.resume) check_same_data(recorded.at("train"), corpus, config_path, out);
   if (st.block > config.block)
     throw std::runtime_error(fmt::format("train: --block {} exceeds the model's position table ({})", st.block, config.block));

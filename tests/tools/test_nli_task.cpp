@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/precision.h"
+#include "engine/sha256.h"
 #include "tools/nli_task.h"
 #include "tools/plot.h"
 #include "trainer_support.h"
@@ -170,4 +171,55 @@ TEST_CASE("train --task nli end to end: metrics, checkpoints, test report, major
   const wedge::testing::ShellRun flag = run("train --task nli --block 64 --out " + s.out + "_x");
   CHECK(flag.status != 0);
   CHECK(flag.err.find("--block") != std::string::npos);
+}
+
+TEST_CASE("train --task nli --init-from: the parent classifier's exact weights, its sizes and vocabulary enforced") {
+  const Folder f = snli_folder("nli_init");
+  NliSettings s = settings_for(f);
+  s.out = wedge::testing::fresh_run_dir("nli_parent");
+  s.epochs = 1;
+  s.batch = 64;
+  s.train_pairs = 128;
+  s.lr = 3e-3;
+  models::NliConfig c;
+  c.layers = 1;
+  c.d_model = 16;
+  c.heads = 2;
+  c.d_ff = 32;
+  const NliResult parent = train_nli(c, s);
+  REQUIRE(parent.select.count > 0);
+  // The fine-tune's epoch 0 scores the parent's best weights on the same selection split.
+  NliSettings child = s;
+  child.out = wedge::testing::fresh_run_dir("nli_child");
+  child.init_from = s.out;
+  child.given = {"--init-from", "--lr"};
+  child.lr = 1e-3;
+  models::NliConfig defaults;  // the flags' sizes, not given: the parent's are taken
+  const NliResult r = train_nli(defaults, child);
+  std::ifstream metrics(child.out + "/metrics.jsonl");
+  nlohmann::json first_select;
+  for (std::string line; std::getline(metrics, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.value("eval", "") == "select" && first_select.is_null()) first_select = j;
+  }
+  REQUIRE(!first_select.is_null());
+  CHECK(first_select["epoch"] == 0);
+  CHECK(first_select["accuracy"].get<double>() == parent.select.accuracy);
+  CHECK(r.parameters == parent.parameters);
+  const nlohmann::json config = nlohmann::json::parse(std::ifstream(child.out + "/config.json"));
+  CHECK(config["model"]["d_model"] == 16);
+  CHECK(config["train"]["init_from"]["sha256"] == wedge::sha256_file(s.out + "/best.safetensors"));
+  // A size given that differs from the parent's is refused, naming the flag.
+  NliSettings sized = child;
+  sized.out = wedge::testing::fresh_run_dir("nli_child_sized");
+  sized.given = {"--init-from", "--d-model"};
+  models::NliConfig wider = c;
+  wider.d_model = 32;
+  CHECK_THROWS_WITH_AS(train_nli(wider, sized), doctest::Contains("--d-model 32 differs from the run's 16"),
+                       std::invalid_argument);
+  // A language-model run is no classifier to start from.
+  NliSettings lm = child;
+  lm.out = wedge::testing::fresh_run_dir("nli_child_lm");
+  lm.init_from = f.dir.string();
+  CHECK_THROWS_WITH_AS(train_nli(defaults, lm), doctest::Contains("no run there"), std::invalid_argument);
 }
