@@ -36,6 +36,12 @@ std::vector<std::pair<double, double>> accuracy_curve(const nlohmann::json& accu
   return out;
 }
 
+// A number of a metrics line; NaN (not drawn) when it is missing or not a number (a JSON null).
+double number(const nlohmann::json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : std::nan("");
+}
+
 Series read_run(const std::string& dir) {
   const std::string path = dir + "/metrics.jsonl";
   std::ifstream in(path);
@@ -66,23 +72,24 @@ Series read_run(const std::string& dir) {
     } catch (const std::exception&) {
       throw std::runtime_error(fmt::format("plot: {}:{} is not valid JSON", path, lineno));
     }
-    const double step = j.value("step", 0.0);
-    if (j.contains("eval") && j.at("eval") == "select") {
-      s.accuracy.emplace_back(step, j.value("accuracy", 0.0));
-    } else if (j.contains("eval") && j.contains("ppl")) {
-      s.ppl.emplace_back(step, j.value("ppl", 0.0));
-      if (j.contains("gluing_energy")) s.energy.emplace_back(step, j.value("gluing_energy", 0.0));
-      if (j.contains("gluing_energy_normalised"))
-        s.energy_normalised.emplace_back(step, j.value("gluing_energy_normalised", 0.0));
-      if (j.contains("balance_loss")) s.balance.emplace_back(step, j.value("balance_loss", 0.0));
+    const double step = number(j, "step");
+    const std::string eval = j.contains("eval") && j["eval"].is_string() ? j["eval"].get<std::string>() : "";
+    if (eval == "select") {
+      // a classifier evaluates at the end of each epoch: its accuracy is drawn by epoch
+      s.accuracy.emplace_back(j.contains("epoch") ? number(j, "epoch") : step, number(j, "accuracy"));
+    } else if (!eval.empty() && j.contains("ppl")) {
+      s.ppl.emplace_back(step, number(j, "ppl"));
+      if (j.contains("gluing_energy")) s.energy.emplace_back(step, number(j, "gluing_energy"));
+      if (j.contains("gluing_energy_normalised")) s.energy_normalised.emplace_back(step, number(j, "gluing_energy_normalised"));
+      if (j.contains("balance_loss")) s.balance.emplace_back(step, number(j, "balance_loss"));
       if (j.contains("dependencies") && j["dependencies"].is_object()) {
         const nlohmann::json& d = j["dependencies"];
         s.by_distance = accuracy_curve(d.value("accuracy", nlohmann::json::array()));
         if (d.contains("types") && d["types"].contains("entity"))
           s.recall_by_distance = accuracy_curve(d["types"]["entity"].value("by_distance", nlohmann::json::array()));
       }
-    } else if (j.contains("loss")) {
-      s.loss.emplace_back(step, j.value("loss", 0.0));
+    } else if (eval.empty() && j.contains("loss")) {
+      s.loss.emplace_back(step, number(j, "loss"));
     }
   }
   // A resumed run may repeat steps; keep the last value of each step, in step order.
@@ -117,14 +124,6 @@ void write_curves_svg(const std::vector<std::string>& runs, const std::string& o
   if (runs.empty()) throw std::runtime_error("plot: give at least one run directory");
   std::vector<Series> series;
   for (const auto& r : runs) series.push_back(read_run(r));
-  bool gluing = false;  // a row of panels when some run measured its gluing
-  bool dependencies = false;  // and one when some run scored the dependency probe
-  for (const auto& s : series) {
-    gluing = gluing || !s.energy.empty();
-    dependencies = dependencies || !s.by_distance.empty();
-  }
-  const double W = 1000, H = 420 + (gluing ? 380 : 0) + (dependencies ? 380 : 0);
-  std::string svg = svg_open(W, H + 30.0 * static_cast<double>((series.size() + 1) / 2));
   // Language models show validation perplexity, classifiers their selection accuracy.
   bool classifiers = false, language_models = false;
   for (const auto& s : series) {
@@ -133,43 +132,58 @@ void write_curves_svg(const std::vector<std::string>& runs, const std::string& o
   }
   if (classifiers && language_models)
     throw std::runtime_error("plot: language-model and classifier runs measure different things; plot them apart");
-  std::vector<std::vector<std::pair<double, double>>> loss, right;
-  for (auto& s : series) {
-    loss.push_back(smooth(s.loss));
-    right.push_back(classifiers ? s.accuracy : s.ppl);
+  // Every panel there could be, in reading order; only those where some run has a point are
+  // drawn, two to a row, so a missing one leaves no hole.
+  struct Panel {
+    std::string title;
+    std::vector<Curve> curves;
+    ChartAxes axes;
+  };
+  auto panel = [&](std::string title, auto field, std::string x_label, std::string y_label) {
+    Panel p{std::move(title), {}, {}};
+    for (const Series& s : series) p.curves.push_back(field(s));
+    p.axes.x_label = std::move(x_label);
+    p.axes.y_label = std::move(y_label);
+    p.axes.integer_x = true;
+    return p;
+  };
+  std::vector<Panel> panels;
+  panels.push_back(panel("training loss (smoothed)", [](const Series& s) { return smooth(s.loss); }, "step", "training loss"));
+  if (classifiers) {
+    panels.push_back(panel("selection accuracy", [](const Series& s) { return s.accuracy; }, "epoch", "selection accuracy"));
+  } else {
+    panels.push_back(panel("validation perplexity (log scale)", [](const Series& s) { return s.ppl; }, "step", "validation perplexity"));
+    panels.back().axes.log_y = true;
   }
-  ChartAxes linear, log_y;
-  log_y.log_y = true;
-  chart_panel(svg, 70, 40, 380, 300, "training loss (smoothed)", loss, linear);
-  if (classifiers) chart_panel(svg, 580, 40, 380, 300, "selection accuracy", right, linear);
-  else chart_panel(svg, 580, 40, 380, 300, "validation perplexity (log scale)", right, log_y);
-  if (gluing) {
-    std::vector<std::vector<std::pair<double, double>>> energy, normalised;
-    for (auto& s : series) {
-      energy.push_back(s.energy);
-      normalised.push_back(s.energy_normalised);
-    }
-    chart_panel(svg, 70, 420, 380, 300, "gluing energy (raw, validation)", energy, linear);
-    chart_panel(svg, 580, 420, 380, 300, "gluing energy (normalised, validation)", normalised, linear);
+  panels.push_back(panel("gluing energy (raw, validation)", [](const Series& s) { return s.energy; }, "step", "gluing energy (raw)"));
+  panels.push_back(panel("gluing energy (normalised, validation)", [](const Series& s) { return s.energy_normalised; }, "step",
+                         "gluing energy (normalised)"));
+  for (const bool recalls : {false, true}) {
+    Panel p = panel(recalls ? "key-value recalls, last evaluation" : "dependent targets, last evaluation",
+                    [&](const Series& s) { return recalls ? s.recall_by_distance : s.by_distance; },
+                    "distance in tokens (bucket 2^k .. 2^(k+1) - 1)", recalls ? "recall accuracy" : "accuracy");
+    p.axes.log_x = true;
+    p.axes.integer_x = false;
+    panels.push_back(std::move(p));
   }
-  if (dependencies) {
-    std::vector<std::vector<std::pair<double, double>>> all, recall;
-    for (auto& s : series) {
-      all.push_back(s.by_distance);
-      recall.push_back(s.recall_by_distance);
-    }
-    ChartAxes distance;
-    distance.x_label = "distance (bucket 2^k .. 2^(k+1) - 1)";
-    distance.y_label = "accuracy";
-    distance.log_x = true;
-    const double y = gluing ? 800 : 420;
-    chart_panel(svg, 70, y, 380, 300, "dependent targets, last evaluation", all, distance);
-    chart_panel(svg, 580, y, 380, 300, "key-value recalls, last evaluation", recall, distance);
-  }
-  for (std::size_t k = 0; k < series.size(); ++k) {
-    const double lx = 70 + 480.0 * static_cast<double>(k % 2), ly = H - 20 + 24.0 * static_cast<double>(k / 2);
-    chart_legend_entry(svg, lx, ly, k, series[k].label);
-  }
+  std::erase_if(panels, [](const Panel& p) { return !has_points(p.curves, p.axes); });
+  if (panels.empty())
+    throw std::runtime_error("plot: nothing to draw yet: the runs' metrics.jsonl hold no training loss or evaluation");
+
+  // Panels 370 x 300 at x 85 and 605 (room for the y labels and title on the left), rows 390
+  // apart (the title above, the x labels and title below); the legend under them, in two
+  // columns unless a label is too long for one.
+  const double W = 1000, left[2] = {85, 605}, panel_w = 370, panel_h = 300, row = 390, top = 40;
+  const std::size_t rows = (panels.size() + 1) / 2;
+  bool one_column = false;
+  for (const Series& s : series) one_column = one_column || legend_text_width(s.label) > left[1] - left[0] - 20;
+  const std::size_t columns = one_column ? 1 : 2, legend_rows = (series.size() + columns - 1) / columns;
+  const double legend_top = top + double(rows) * row - 20;
+  std::string svg = svg_open(W, legend_top + 24.0 * double(legend_rows) + 10);
+  for (std::size_t i = 0; i < panels.size(); ++i)
+    chart_panel(svg, left[i % 2], top + row * double(i / 2), panel_w, panel_h, panels[i].title, panels[i].curves, panels[i].axes);
+  for (std::size_t k = 0; k < series.size(); ++k)
+    chart_legend_entry(svg, left[k % columns], legend_top + 24.0 * double(k / columns), k, series[k].label);
   svg += "</svg>\n";
   write_file_atomic(out_path, svg, /*durable=*/false);
 }

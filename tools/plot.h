@@ -9,7 +9,9 @@
 namespace wedge::tools {
 
 // Reads <run>/metrics.jsonl of each run; throws std::runtime_error naming a run without
-// metrics. Writes the SVG atomically.
+// metrics, or when no run has anything to draw yet. A panel (SheafStateLM's gluing energies,
+// the dependency probe's accuracy by distance, ...) is drawn only when some run has points
+// for it, two to a row. Writes the SVG atomically.
 void write_curves_svg(const std::vector<std::string>& runs, const std::string& out_path);
 
 }  // namespace wedge::tools
