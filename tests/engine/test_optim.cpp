@@ -569,16 +569,24 @@ TEST_CASE("schedule names: parse_schedule reads schedule_name's, and names the c
   CHECK_THROWS_AS(parse_schedule(""), std::invalid_argument);
 }
 
+namespace {
+
+// A parameter and the gradient of each step for the schedule tests below.
+Tensor scheduled_param() {
+  Tensor p = Tensor::from_vector<float>({0.5f, -1.5f, 2.0f}, {3});
+  p.set_requires_grad(true);
+  return p;
+}
+Tensor scheduled_grad(int step) {
+  return Tensor::from_vector<float>({0.3f * static_cast<float>(step + 1), -0.7f, 0.1f / static_cast<float>(step + 1)}, {3});
+}
+
+}  // namespace
+
 TEST_CASE("an optimizer with a schedule applies exactly the learning rates of a manual set_lr loop") {
   LrSchedule sched{.kind = LrSchedule::Kind::WarmupCosine, .base_lr = 0.1, .warmup_steps = 2, .total_steps = 5, .min_lr = 0.01};
-  auto make = [] {
-    Tensor p = Tensor::from_vector<float>({0.5f, -1.5f, 2.0f}, {3});
-    p.set_requires_grad(true);
-    return p;
-  };
-  auto grad = [](int step) {
-    return Tensor::from_vector<float>({0.3f * static_cast<float>(step + 1), -0.7f, 0.1f / static_cast<float>(step + 1)}, {3});
-  };
+  const auto make = scheduled_param;
+  const auto grad = scheduled_grad;
   auto same_bits = [](const Tensor& a, const Tensor& b) {
     const std::vector<float> x = a.to_vector<float>(), y = b.to_vector<float>();
     return std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
@@ -627,14 +635,8 @@ TEST_CASE("an optimizer with a schedule applies exactly the learning rates of a 
 
 TEST_CASE("Adam and Sgd driven through an Optimizer& follow the schedule and equal the concrete-type loop bit for bit") {
   LrSchedule sched{.kind = LrSchedule::Kind::WarmupLinear, .base_lr = 0.05, .warmup_steps = 2, .total_steps = 5, .min_lr = 0.005};
-  auto make = [] {
-    Tensor p = Tensor::from_vector<float>({0.5f, -1.5f, 2.0f}, {3});
-    p.set_requires_grad(true);
-    return p;
-  };
-  auto grad = [](int step) {
-    return Tensor::from_vector<float>({0.3f * static_cast<float>(step + 1), -0.7f, 0.1f / static_cast<float>(step + 1)}, {3});
-  };
+  const auto make = scheduled_param;
+  const auto grad = scheduled_grad;
   // A training loop that knows only the base class; the learning rate each step used.
   auto train = [&](Optimizer& opt, Tensor& p) {
     opt.set_schedule(sched);

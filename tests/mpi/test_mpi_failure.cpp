@@ -217,8 +217,8 @@ void check_run_folder(const std::string& run) {
     if (j.contains("loss")) CHECK(j.at("step").get<std::int64_t>() == ++logged);
   }
   CHECK(logged >= step);
-  const ShellRun resumed = shell(kEnv + " " + WEDGE_CLI + " train --resume --json --max-steps " + std::to_string(step + 2) +
-                                 " --out " + run);
+  // Two more steps (a resumed run keeps its length; --stop-after ends this part early).
+  const ShellRun resumed = shell(kEnv + " " + WEDGE_CLI + " train --resume --json --stop-after 2 --out " + run);
   CHECK_MESSAGE(resumed.status == 0, resumed.text());
   CHECK_MESSAGE(resumed.text().find("resumed from") != std::string::npos, resumed.text());
 }
