@@ -1,5 +1,6 @@
 // `wedge train | eval | classify | plot | bench-step`: training a language model and using
-// it. The work happens in tools/trainer.cpp; this file binds flags and prints.
+// it. The work happens in tools/trainer.cpp, tools/nli_task.cpp and the loop they share
+// (tools/training_loop.cpp); this file binds flags and prints.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -87,33 +88,17 @@ void train_nli_task(const CLI::App* cmd, const ModelFlags& flags, const TrainSet
     throw CLI::ValidationError("--data", "--task nli reads SNLI (give --data-dir the SNLI folder)");
   const models::NliConfig config = nli_config(cmd, flags, nf);
   NliSettings s;
+  static_cast<LoopSettings&>(s) = st;  // the loop's settings as given; the task's own defaults where not
+  if (cmd->count("--epochs") == 0) s.epochs = NliSettings().epochs;
+  if (cmd->count("--log-every") == 0) s.log_every = NliSettings().log_every;
   s.data_dir = st.corpus.data_dir;
   s.vocab = flags.vocab_file;
   s.protocol = nf.protocol;
   s.train_pairs = nf.train_pairs;
-  s.epochs = cmd->count("--epochs") > 0 ? st.epochs : s.epochs;
-  s.batch = st.batch;
-  s.lr = st.lr;
-  s.min_lr_ratio = st.min_lr_ratio;
-  s.warmup = st.warmup;
-  s.weight_decay = st.weight_decay;
-  s.clip = st.clip;
   s.seed = flags.values.seed;
-  s.log_every = cmd->count("--log-every") > 0 ? st.log_every : s.log_every;
-  s.threads = st.threads;
-  s.out = st.out;
-  s.overwrite = st.overwrite;
-  s.device = st.device;
-  s.precision = st.precision;
-  s.json = st.json;
-  s.micro_batch = st.micro_batch;
-  s.deterministic = st.deterministic;
-  s.zero = st.zero;
-  s.comm_timeout = st.comm_timeout;
-  s.init_from = st.init_from;
-  s.given = st.given;
   const NliResult r = train_nli(config, s);
-  if (!dist::Communicator::world().is_root()) return;  // rank 0 reports for every rank
+  // Rank 0 reports for every rank; a finished run said so.
+  if (!dist::Communicator::world().is_root() || r.already_finished) return;
   const nlohmann::json j = {{"task", "nli"},
                             {"protocol", r.protocol},
                             {"head", config.head},
@@ -205,8 +190,9 @@ void register_train(CLI::App& app) {
   cmd->callback([flags, st, nli, cmd, config_file, print_config] {
     for (const CLI::Option* o : cmd->get_options())
       if (o->count() > 0 && !o->get_lnames().empty()) st->given.insert("--" + o->get_lnames().front());
-    if (nli->task == "nli") {
-      for (const char* flag : {"--schedule", "--min-lr", "--config", "--print-config"})
+    // A resumed classifier run is continued as one, --task nli given or not.
+    if (nli->task == "nli" || (st->resume && is_nli_run(st->out))) {
+      for (const char* flag : {"--config", "--print-config"})
         if (cmd->count(flag) > 0) throw CLI::ValidationError(flag, "is for language models (--task lm) for now");
       return train_nli_task(cmd, *flags, *st, *nli);
     }

@@ -126,8 +126,8 @@ void add_nli_flags(CLI::App* cmd, NliFlags& f) {
 
 void check_task_flags(const CLI::App* cmd, const std::string& task) {
   static const char* lm_only[] = {"--model", "--block", "--positions", "--rank", "--windows", "--window-schedule", "--no-mix-out-proj",
-                                  "--expert-d-ff", "--energy-weight", "--balance-weight", "--leaky", "--max-steps",
-                                  "--eval-every", "--stop-after", "--resume", "--train", "--valid", "--test"};
+                                  "--expert-d-ff", "--energy-weight", "--balance-weight", "--leaky", "--train", "--valid",
+                                  "--test"};
   static const char* nli_only[] = {"--head", "--hypothesis-only", "--max-length", "--d-proj", "--mixing-heads",
                                    "--window", "--stride", "--protocol", "--train-pairs"};
   for (const char* flag : task == "nli" ? std::span<const char* const>(lm_only) : std::span<const char* const>(nli_only))

@@ -66,8 +66,6 @@ std::string report_line(const ClassificationReport& r) {
                      r.accuracy_high, r.macro_f1, r.correct, r.count);
 }
 
-nlohmann::json report_json(const ClassificationReport& r) { return r.to_json(); }
-
 // A vector's bytes at the end of `out`; read_bytes appends the values those bytes hold.
 template <typename T> void append_bytes(std::string& out, const std::vector<T>& values) {
   if (!values.empty()) out.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
@@ -91,33 +89,20 @@ NliInputs rows_of(const NliInputs& whole, std::int64_t first, std::int64_t count
 }  // namespace
 
 nlohmann::json NliSettings::to_json() const {
-  return {{"data_dir", data_dir}, {"vocab", vocab},   {"protocol", protocol}, {"train_pairs", train_pairs},
-          {"epochs", epochs},     {"batch", batch},   {"lr", lr},             {"min_lr_ratio", min_lr_ratio},
-          {"warmup", warmup},     {"weight_decay", weight_decay},             {"clip", clip},
-          {"seed", seed},         {"device", device},   {"precision", precision},
-          {"micro_batch", micro_batch}, {"deterministic", deterministic}, {"zero", zero}};
+  nlohmann::json j = {{"data_dir", data_dir}, {"vocab", vocab}, {"protocol", protocol}, {"train_pairs", train_pairs}};
+  write_loop_json(j);
+  return j;
 }
 
 NliSettings NliSettings::from_json(const nlohmann::json& j) {
   NliSettings s;
+  // Runs from before schedules, mixed precision and data parallelism: cosine, fp32, one
+  // piece per process, no fixed order, no ZeRO (the defaults).
+  s.read_loop_json(j);
   s.data_dir = json_field(j, "data_dir", s.data_dir);
   s.vocab = json_field(j, "vocab", s.vocab);
   s.protocol = json_field(j, "protocol", s.protocol);
   s.train_pairs = json_field(j, "train_pairs", s.train_pairs);
-  s.epochs = json_field(j, "epochs", s.epochs);
-  s.batch = json_field(j, "batch", s.batch);
-  s.lr = json_field(j, "lr", s.lr);
-  s.min_lr_ratio = json_field(j, "min_lr_ratio", s.min_lr_ratio);
-  s.warmup = json_field(j, "warmup", s.warmup);
-  s.weight_decay = json_field(j, "weight_decay", s.weight_decay);
-  s.clip = json_field(j, "clip", s.clip);
-  s.seed = json_field(j, "seed", s.seed);
-  s.device = json_field(j, "device", s.device);
-  s.precision = json_field(j, "precision", s.precision);  // runs from before mixed precision: fp32
-  // runs from before data parallelism: one piece per process, no fixed order, no ZeRO
-  s.micro_batch = json_field(j, "micro_batch", s.micro_batch);
-  s.deterministic = json_field(j, "deterministic", s.deterministic);
-  s.zero = json_field(j, "zero", s.zero);
   return s;
 }
 
@@ -266,67 +251,197 @@ ClassificationReport majority_baseline(const data::SnliDataset& train, const dat
   return classification_report(gold, predicted, static_cast<int>(models::kNliClasses));
 }
 
-NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
-  if (st.out.empty()) throw std::runtime_error("train: --out RUNDIR is required");
-  if (st.data_dir.empty()) throw std::runtime_error("--task nli needs --data-dir DIR (the SNLI folder)");
-  const auto flag_name = [](const char* flag) { return std::string(flag); };
-  check_train_settings({st.epochs, st.batch, st.lr, st.min_lr_ratio, st.warmup, st.weight_decay, st.clip, st.log_every, st.threads},
-                       flag_name);
-  check_data_parallel_settings(st.micro_batch, st.zero, st.comm_timeout, flag_name);
-  if (st.train_pairs == 0 || st.train_pairs < -1)
-    throw std::invalid_argument(fmt::format("--train-pairs is {}; it must be -1 (all) or at least 1", st.train_pairs));
-  if (st.threads > 0) set_num_threads(st.threads);
-  // Under mpirun: this process is one rank of a data-parallel run (tools/data_parallel.h),
-  // each computing its pieces of every batch; otherwise the only one.
-  const dist::Communicator& comm = dist::Communicator::world();
-  if (st.comm_timeout >= 0) dist::Communicator::set_timeout(st.comm_timeout);
-  const PiecePlan plan = PiecePlan::make(st.batch, st.micro_batch, st.deterministic, comm, "");
-  share_cores_among_ranks(comm, st.threads);
-  auto say = [&](const std::string& line) {
-    if (!comm.is_root()) return;  // the other ranks print only errors
-    std::FILE* f = st.json ? stderr : stdout;
-    std::fputs((line + "\n").c_str(), f);
-    std::fflush(f);
-  };
-  const std::string out = st.out;
+namespace {
 
-  NliSettings settings = st;
-  if (settings.vocab.empty()) settings.vocab = data::find_vocab_near(settings.data_dir).string();
-  // Recorded as absolute paths, so eval and classify find them from any folder.
-  for (std::string* path : {&settings.vocab, &settings.data_dir})
-    if (!path->empty()) *path = fs::absolute(*path).lexically_normal().string();
-  const TextCodec codec = wordpiece_codec(settings.vocab);
-  const data::Tokenizer& tokenizer = *codec.tokenizer;
-  models::NliConfig config = config_in;
-  // --init-from: rank 0 reads the parent classifier and shares its config.json; its sizes
-  // and vocabulary are the fine-tune's.
-  std::optional<ParentRun> parent;
-  if (!st.init_from.empty()) {
-    std::string text;
-    if (comm.is_root()) text = ParentRun::open(st.init_from, "nli").config.dump();
-    comm.broadcast(text);
-    parent = ParentRun::from(st.init_from, nlohmann::json::parse(text));
-    const nlohmann::json model = parent->model_config(nlohmann::json(config_in), st.given);
-    try {
-      config = model.get<models::NliConfig>();
-    } catch (const std::exception& e) {
-      throw std::runtime_error("--init-from: cannot read " + parent->dir + "/config.json: " + e.what());
-    }
-    config.seed = config_in.seed;
-    parent->check_vocabulary(codec, settings.vocab);
+// The sentence-pair classifier as a training task (tools/training_loop.h): batches of pairs
+// in an order drawn from the seed per epoch, cross-entropy over the three labels, and the
+// selection split's accuracy as the score, higher being better.
+class NliTask final : public TrainingTask {
+ public:
+  NliTask(models::NliModel& model, const NliSplits& splits, const NliSettings& st, bool hypothesis_only)
+      : model_(model), splits_(splits), batch_(st.batch), seed_(st.seed), hypothesis_only_(hypothesis_only) {}
+
+  Module& model() override { return model_; }
+  Generator* dropout_generator() override { return &model_.dropout_generator(); }
+  std::int64_t steps_per_epoch() const override {
+    return static_cast<std::int64_t>(splits_.train->batches(static_cast<std::size_t>(batch_)));
   }
-  config.vocab_size = tokenizer.vocab().size();
+  std::string batch_description() const override { return fmt::format("{} pairs", batch_); }
+
+  Batch load_batch(std::int64_t epoch, std::int64_t index) override {
+    if (epoch != order_epoch_) {
+      order_ = splits_.train->epoch_order(seed_, static_cast<std::uint64_t>(epoch));
+      order_epoch_ = epoch;
+    }
+    const data::SnliBatch b = splits_.train->batch(order_, static_cast<std::size_t>(index), static_cast<std::size_t>(batch_));
+    // The whole batch on the host, padded to its widest pair; each piece takes its rows, at
+    // that width, so that its dropout masks are the whole batch's (PieceDropout).
+    whole_ = nli_inputs(b, hypothesis_only_, Device::cpu());
+    rows_ = static_cast<std::int64_t>(b.rows);
+    return {rows_, whole_.ids.numel()};
+  }
+
+  Tensor train_piece(std::int64_t k, const StepContext& ctx) override {
+    const std::int64_t begin = ctx.plan.piece_begin(k, rows_), n = ctx.plan.piece_end(k, rows_) - begin;
+    if (n == 0) return {};  // an epoch's short last batch: no rows, nothing to add
+    ctx.dropout.piece(begin, n, rows_);
+    const NliInputs in = rows_of(whole_, begin, n, ctx.device);
+    const Tensor loss = ops::cross_entropy(model_.forward(in.ids, in.segments, in.mask), in.labels);
+    // Weighted by the piece's share of the rows, the pieces' losses sum to the batch's.
+    const double share = static_cast<double>(n) / static_cast<double>(rows_);
+    (share == 1.0 ? loss : loss * share).backward();
+    return share == 1.0 ? loss.detach() : loss.detach() * share;
+  }
+
+  TaskEvaluation evaluate(const EvalPoint& at) override {
+    const NliEvaluation ev = evaluate_nli(model_, *splits_.select, batch_, &dist::Communicator::world());
+    const std::int64_t epochs_done = at.step / steps_per_epoch();
+    reports_[at.step] = ev.report;
+    TaskEvaluation r;
+    r.score = ev.report.accuracy;
+    r.metrics = ev.report.to_json();
+    r.metrics["eval"] = "select";
+    r.metrics["epoch"] = epochs_done;
+    r.metrics["loss"] = ev.loss;
+    const bool epoch_end = at.step % steps_per_epoch() == 0;
+    r.lines.push_back(fmt::format("{}  select {}", epoch_end ? fmt::format("epoch {}", epochs_done) : fmt::format("step {}", at.step),
+                                  report_line(ev.report)));
+    return r;
+  }
+  bool higher_is_better() const override { return true; }
+  std::string best_score_key() const override { return "best_select_accuracy"; }
+  std::map<std::string, std::string> checkpoint_metadata() const override { return {{"task", "nli"}}; }
+
+  // The selection report of the evaluation after `step` steps, when this invocation made it.
+  const ClassificationReport* report_at(std::int64_t step) const {
+    const auto it = reports_.find(step);
+    return it == reports_.end() ? nullptr : &it->second;
+  }
+
+ private:
+  models::NliModel& model_;
+  const NliSplits& splits_;
+  std::int64_t batch_;
+  std::uint64_t seed_;
+  bool hypothesis_only_;
+  std::int64_t order_epoch_ = -1, rows_ = 0;
+  std::vector<std::uint32_t> order_;
+  NliInputs whole_;
+  std::map<std::int64_t, ClassificationReport> reports_;
+};
+
+// The sha256 of each split's token ids and labels, pair by pair: what config.json records
+// of the data a classifier trained on and was selected with.
+nlohmann::json nli_fingerprint(const NliSplits& splits) {
+  auto sha = [](const data::SnliDataset& d) {
+    std::vector<std::int32_t> ids;
+    for (std::size_t i = 0; i < d.size(); ++i) {
+      const data::SnliEncoded& e = d[i];
+      ids.insert(ids.end(), e.premise.begin(), e.premise.end());
+      ids.insert(ids.end(), e.hypothesis.begin(), e.hypothesis.end());
+      ids.push_back(-1 - e.label);  // labels as negative numbers: never a token id
+    }
+    return token_ids_sha256(ids);
+  };
+  return {{"train", sha(*splits.train)}, {"select", sha(*splits.select)}};
+}
+
+// A resumed classifier is the same run: its config.json wins (tools/training_loop.h).
+NliSettings adopt_recorded_settings(const TrainingLoop& loop, const NliSettings& given, const models::NliConfig& given_model) {
+  loop.refuse_changed(nlohmann::json{{"model", given_model}, {"train", given.to_json()}});
+  NliSettings st = NliSettings::from_json(loop.recorded().at("train"));
+  if (given.given.count("--data-dir") > 0) st.data_dir = given.data_dir;
+  TrainingLoop::keep_given_length(st, given);
+  st.given = given.given;
+  st.validate(loop.config_path());
+  return st;
+}
+
+// The classifier's config: a resumed run's own, a parent's sizes, or the one given.
+models::NliConfig run_model_config(TrainingLoop& loop, const models::NliConfig& given, const NliSettings& st) {
+  models::NliConfig config = given;
+  const std::string source = st.resume ? loop.config_path() : loop.parent() ? loop.parent()->dir + "/config.json" : "";
+  // The parent's sizes, or the error naming the flag that contradicts them.
+  const nlohmann::json from_parent =
+      loop.parent() != nullptr ? loop.parent()->model_config(nlohmann::json(given), st.given) : nlohmann::json();
+  try {
+    if (st.resume) config = loop.recorded().at("model").get<models::NliConfig>();
+    if (loop.parent() != nullptr) {
+      config = from_parent.get<models::NliConfig>();
+      config.seed = given.seed;
+    }
+  } catch (const std::exception& e) {
+    throw std::runtime_error(fmt::format("{}: cannot read {}: {}", st.resume ? "train --resume" : "--init-from", source, e.what()));
+  }
+  return config;
+}
+
+// The best checkpoint on the test split, beside the majority class; into `result` and metrics.jsonl.
+void report_test(TrainingLoop& loop, models::NliModel& model, const NliSplits& splits, const NliSettings& st,
+                 const NliTask& task, std::int64_t best_step, NliResult& result) {
+  // Rank 0 reads the best checkpoint and sends its parameters to the others.
+  if (RunFolder* run = loop.folder()) load_parameters(model, run->load_checkpoint("best.safetensors"), run->file("best.safetensors"));
+  if (loop.comm().distributed())
+    for (Tensor& t : model.parameters()) broadcast_tensor(loop.comm(), t);
+  const ClassificationReport* select = task.report_at(best_step);
+  result.select = select != nullptr ? *select : evaluate_nli(model, *splits.select, st.batch, &loop.comm()).report;
+  result.test = evaluate_nli(model, *splits.test, st.batch, &loop.comm()).report;
+  result.majority = majority_baseline(*splits.train, *splits.test);
+  nlohmann::json test_line = result.test.to_json();
+  test_line.update({{"eval", "test"}, {"epoch", result.best_epoch}, {"step", result.steps}});
+  nlohmann::json majority_line = result.majority.to_json();
+  majority_line.update({{"eval", "test_majority"}, {"step", result.steps}});
+  if (RunFolder* run = loop.folder()) {
+    run->append_metrics(test_line);
+    run->append_metrics(majority_line);
+  }
+  loop.say(fmt::format("test (epoch {}): {}", result.best_epoch, report_line(result.test)));
+  loop.say(fmt::format("test, majority class: {}", report_line(result.majority)));
+}
+
+}  // namespace
+
+void NliSettings::validate(const std::string& config_file) const {
+  auto name = [&](const char* flag) {
+    return config_file.empty() ? std::string(flag) : fmt::format("{}: train.{}", config_file, flag + 2);
+  };
+  validate_loop(name);
+  if (data_dir.empty() && !resume) throw std::invalid_argument("--task nli needs --data-dir DIR (the SNLI folder)");
+  if (train_pairs == 0 || train_pairs < -1)
+    throw std::invalid_argument(fmt::format("{} is {}; it must be -1 (all) or at least 1", name("--train-pairs"), train_pairs));
+}
+
+NliResult train_nli(const models::NliConfig& config_in, const NliSettings& given) {
+  given.validate("");
+  TrainingLoop loop(given, "nli");
+  NliSettings st = given.resume ? adopt_recorded_settings(loop, given, config_in) : given;
+  if (st.vocab.empty()) st.vocab = data::find_vocab_near(st.data_dir).string();
+  // Recorded as absolute paths, so eval and classify find them from any folder.
+  for (std::string* path : {&st.vocab, &st.data_dir})
+    if (!path->empty()) *path = fs::absolute(*path).lexically_normal().string();
+  // A resumed run reads text through its own copy of the vocabulary.
+  const TextCodec codec = st.resume ? run_codec(st.out, loop.recorded().at("train")) : wordpiece_codec(st.vocab);
+  models::NliConfig config = run_model_config(loop, config_in, st);
+  if (loop.parent() != nullptr) loop.parent()->check_vocabulary(codec, st.vocab);
+  config.vocab_size = codec.tokenizer->vocab().size();
   config.validate();
   const auto t_load = Clock::now();
-  const NliSplits splits = load_nli_splits(settings, tokenizer, static_cast<std::size_t>(config.max_length));
-  say("data: " + splits.description);
-  say(fmt::format("data: {} pairs without a gold label skipped; {} pairs with a sentence cut to {} tokens ({:.1f}s)",
-                  thousands(splits.skipped_unlabelled), thousands(splits.truncated), config.max_length,
-                  std::chrono::duration<double>(Clock::now() - t_load).count()));
+  const NliSplits splits = load_nli_splits(st, *codec.tokenizer, static_cast<std::size_t>(config.max_length));
+  const nlohmann::json fingerprint = nli_fingerprint(splits);
+  if (st.resume)
+    check_same_data(loop.recorded().at("train"), fingerprint,
+                    [&](const std::string& split) {
+                      return fmt::format("{} pairs of {}", (split == "train" ? splits.train : splits.select)->size(), st.data_dir);
+                    },
+                    loop.config_path(), st.out);
+  loop.say("data: " + splits.description);
+  loop.say(fmt::format("data: {} pairs without a gold label skipped; {} pairs with a sentence cut to {} tokens ({:.1f}s)",
+                       thousands(splits.skipped_unlabelled), thousands(splits.truncated), config.max_length,
+                       std::chrono::duration<double>(Clock::now() - t_load).count()));
 
-  const Device device = Device::parse(settings.device);
-  choose_gpu_of_rank(comm, device);
-  const MatmulPrecisionGuard precision_scope(parse_precision(settings.precision));
+  const Device device = Device::parse(st.device);
+  choose_gpu_of_rank(loop.comm(), device);
+  const MatmulPrecisionGuard precision_scope(parse_precision(st.precision));
   models::check_model_memory(config, models::ModelUse::training);
   auto model = models::make_nli_model(config);
   model->to(device);
@@ -336,153 +451,23 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& st) {
   result.description = splits.description;
   result.parameters = model->num_parameters();
   result.train_pairs = static_cast<std::int64_t>(splits.train->size());
-  say(fmt::format("model: nli classifier, {} head{}, {} layers, d {}, {} parameters, on {}, {}", config.head,
-                  config.hypothesis_only ? " (hypothesis only)" : "", config.layers, config.d_model, result.parameters,
-                  device.str(), precision_description(matmul_precision(), device)));
+  loop.say(fmt::format("model: nli classifier, {} head{}, {} layers, d {}, {} parameters, on {}, {}", config.head,
+                       config.hypothesis_only ? " (hypothesis only)" : "", config.layers, config.d_model, result.parameters,
+                       device.str(), precision_description(matmul_precision(), device)));
 
-  const auto per_epoch = static_cast<std::int64_t>(splits.train->batches(static_cast<std::size_t>(settings.batch)));
-  const std::int64_t total_steps = per_epoch * settings.epochs;
-  Adam opt = make_adamw(*model, settings.lr, settings.weight_decay);
-  // The gradient's way from the pieces of a batch over the ranks to the update.
-  GradientSync sync(comm, model->named_parameters(), opt, settings.deterministic, settings.zero == 1);
-  const LrSchedule sched = warmup_cosine(settings.lr, settings.warmup, total_steps, settings.min_lr_ratio);
-  const std::int64_t warmup = sched.warmup_steps;
-
-  // Rank 0 alone owns the run folder; the other ranks need no shared disk.
-  std::optional<RunFolder> run;
-  if (comm.is_root()) {
-    run.emplace(RunFolder::create(out, st.overwrite, " (a classifier run cannot be resumed yet)"));
-    nlohmann::json t = settings.to_json();
-    t.update(vocab_record(codec));
-    if (parent) {
-      t["init_from"] = parent->load_weights(*model);
-      say(fmt::format("init: the weights of {} (step {}); a fresh optimizer and schedule", parent->file(),
-                      t["init_from"]["step"].get<std::int64_t>()));
-    }
-    run->begin(nlohmann::json{{"task", "nli"}, {"model", config}, {"train", t}}, codec.vocab_text);
-  }
-  auto save = [&](const std::string& name, std::int64_t epoch, double select_accuracy) {
-    if (!run) return;
-    run->save_checkpoint(name, parameter_map(*model),
-                         {{"task", "nli"}, {"epoch", std::to_string(epoch)}, {"select_accuracy", fmt::format("{}", select_accuracy)}},
-                         result.steps);
-  };
-  if (comm.distributed()) {
-    // Every rank starts from rank 0's parameters (the same already, from the seed; sending
-    // them rules out any difference).
-    for (Tensor& t : model->parameters()) broadcast_tensor(comm, t);
-    say(ranks_line(comm, settings.batch, device, sync, settings.zero == 1));
-  }
-  if (plan.pieces > comm.size() || settings.deterministic) say(pieces_line(plan, settings.deterministic));
-  PieceDropout piece_dropout(&model->dropout_generator(), plan.pieces);
-  say(fmt::format("training: {} epochs of {} steps, batch {}, lr {:.3g} (warm-up {}, cosine to {:.3g}), AdamW wd {:.3g}", settings.epochs,
-                  per_epoch, settings.batch, settings.lr, warmup, sched.min_lr, settings.weight_decay));
-
-  InterruptScope sigint;
+  NliTask task(*model, splits, st, config.hypothesis_only);
+  nlohmann::json t = st.to_json();
+  t.update(vocab_record(codec));
+  t["data_sha256"] = fingerprint;
   const auto t_start = Clock::now();
-  double best_accuracy = -1, window_loss = 0;
-  std::int64_t window_steps = 0;
-  // The selection split's accuracy after `epoch` epochs; the best so far is kept.
-  auto select_epoch = [&](std::int64_t epoch) {
-    const NliEvaluation ev = evaluate_nli(*model, *splits.select, settings.batch, &comm);
-    const bool best = ev.report.accuracy > best_accuracy;
-    nlohmann::json line = report_json(ev.report);
-    line["eval"] = "select";
-    line["epoch"] = epoch;
-    line["step"] = result.steps;
-    line["loss"] = ev.loss;
-    if (run) run->append_metrics(line);
-    say(fmt::format("epoch {}  select {}{}", epoch, report_line(ev.report), best ? "  best" : ""));
-    if (best) {
-      best_accuracy = ev.report.accuracy;
-      result.best_epoch = epoch;
-      result.select = ev.report;
-      save("best.safetensors", epoch, best_accuracy);
-    }
-    if (epoch > 0) save("last.safetensors", epoch, ev.report.accuracy);
-  };
-  // A fine-tune starts by scoring the parent's weights (epoch 0) on its selection split.
-  if (parent) select_epoch(0);
-  for (std::int64_t epoch = 0; epoch < settings.epochs && !result.interrupted; ++epoch) {
-    const std::vector<std::uint32_t> order = splits.train->epoch_order(settings.seed, static_cast<std::uint64_t>(epoch));
-    for (std::int64_t i = 0; i < per_epoch; ++i) {
-      const data::SnliBatch b = splits.train->batch(order, static_cast<std::size_t>(i), static_cast<std::size_t>(settings.batch));
-      const auto rows = static_cast<std::int64_t>(b.rows);
-      // The whole batch on the host, padded to its widest pair; each piece takes its rows,
-      // at that width, so that its dropout masks are the whole batch's (PieceDropout).
-      const NliInputs whole = nli_inputs(b, config.hypothesis_only, Device::cpu());
-      const double lr = sched.at(result.steps);
-      opt.set_lr(lr);
-      piece_dropout.begin_step();
-      Tensor weighted_loss;  // this rank's pieces' mean losses, each weighted by its share of the rows
-      auto run_piece = [&](std::int64_t k) {
-        const std::int64_t begin = plan.piece_begin(k, rows), n = plan.piece_end(k, rows) - begin;
-        if (n == 0) return;  // an epoch's short last batch: no rows, nothing to add
-        piece_dropout.piece(begin, n, rows);
-        const NliInputs in = rows_of(whole, begin, n, device);
-        const Tensor loss = ops::cross_entropy(model->forward(in.ids, in.segments, in.mask), in.labels);
-        const double share = static_cast<double>(n) / static_cast<double>(rows);
-        (share == 1.0 ? loss : loss * share).backward();
-        const Tensor part = share == 1.0 ? loss.detach() : loss.detach() * share;
-        weighted_loss = weighted_loss.defined() ? weighted_loss + part : part;
-      };
-      const double norm = sync.accumulate(plan.first, plan.last, run_piece);
-      // The batch's loss: every rank's weighted piece losses, summed.
-      double value = weighted_loss.defined() ? weighted_loss.item() : 0.0;
-      if (comm.distributed()) comm.all_reduce_sum(std::span<double>(&value, 1));
-      if (!std::isfinite(value))
-        throw std::runtime_error(fmt::format("train: the loss became {} at step {} (lr {:.3g}); stopping. The last good "
-                                             "checkpoint is {} — try a lower --lr",
-                                             value, result.steps + 1, lr,
-                                             run ? run->last_good() : "rank 0's, in " + out));
-      opt.step(clip_scale(norm, settings.clip));
-      sync.share_updated_parameters();
-      opt.zero_grad();
-      piece_dropout.end_step(comm, rows < settings.batch);
-      ++result.steps;
-      window_loss += value;
-      ++window_steps;
-      if (result.steps % settings.log_every == 0 || i + 1 == per_epoch) {
-        const double mean = window_loss / double(window_steps);
-        if (run) run->append_metrics({{"step", result.steps}, {"epoch", epoch}, {"loss", mean}, {"lr", lr}});
-        const double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
-        say(fmt::format("step {:>6}/{}  epoch {}  loss {:.4f}  lr {:.2e}  ETA {}", result.steps, total_steps, epoch + 1, mean,
-                        lr, fmt_duration(elapsed / double(result.steps) * double(total_steps - result.steps))));
-        window_loss = 0;
-        window_steps = 0;
-      }
-      // The ranks stop together: a Ctrl-C that reached one of them stops them all.
-      if (on_any_rank(comm, interrupt_requested())) {
-        save("last.safetensors", epoch, best_accuracy);
-        say(fmt::format("interrupted at step {}: parameters written to {} (this task has no --resume yet)", result.steps,
-                        out + "/last.safetensors"));
-        result.interrupted = true;
-        break;
-      }
-    }
-    if (result.interrupted) break;
-    select_epoch(epoch + 1);
-  }
+  const LoopResult r = loop.run(task, st, nlohmann::json{{"task", "nli"}, {"model", config}, {"train", t}}, codec.vocab_text);
+  result.steps = r.steps;
   result.seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
-  if (best_accuracy >= 0) {
-    // Rank 0 reads the best checkpoint and sends its parameters to the others.
-    if (run) load_parameters(*model, run->load_checkpoint("best.safetensors"), run->file("best.safetensors"));
-    if (comm.distributed())
-      for (Tensor& t : model->parameters()) broadcast_tensor(comm, t);
-    result.test = evaluate_nli(*model, *splits.test, settings.batch, &comm).report;
-    result.majority = majority_baseline(*splits.train, *splits.test);
-    nlohmann::json test_line = report_json(result.test);
-    test_line["eval"] = "test";
-    test_line["epoch"] = result.best_epoch;
-    test_line["step"] = result.steps;
-    if (run) run->append_metrics(test_line);
-    nlohmann::json majority_line = report_json(result.majority);
-    majority_line["eval"] = "test_majority";
-    majority_line["step"] = result.steps;
-    if (run) run->append_metrics(majority_line);
-    say(fmt::format("test (epoch {}): {}", result.best_epoch, report_line(result.test)));
-    say(fmt::format("test, majority class: {}", report_line(result.majority)));
-  }
+  result.interrupted = r.interrupted;
+  result.already_finished = r.already_finished;
+  if (r.best_step >= 0) result.best_epoch = r.best_step / task.steps_per_epoch();
+  // The test split is scored once, when the run has done all its steps.
+  if (!r.interrupted && !r.already_finished && r.best_step >= 0) report_test(loop, *model, splits, st, task, r.best_step, result);
   return result;
 }
 

@@ -24,42 +24,25 @@
 #include "engine/distributed.h"
 #include "models/nli.h"
 #include "tools/classification.h"
+#include "tools/training_loop.h"
 
 namespace wedge::tools {
 
-struct NliSettings {
+// The settings of a classifier run: the loop's (tools/training_loop.h) and its data.
+struct NliSettings : LoopSettings {
+  NliSettings() {
+    epochs = 10;
+    log_every = 50;
+  }
   std::string data_dir;           // the SNLI folder
   std::string vocab;              // vocab.txt (default: the BERT-uncased one beside the data)
   std::string protocol = "auto";  // auto | standard | reduced
   std::int64_t train_pairs = -1;  // train on this many pairs of the training set only (-1: all)
-  std::int64_t epochs = 10;
-  std::int64_t batch = 32;
-  double lr = 5e-4;
-  double min_lr_ratio = 0.1;
-  std::int64_t warmup = -1;  // steps; -1: 5 % of the run
-  double weight_decay = 0.01;
-  double clip = 1.0;
-  std::uint64_t seed = 0;
-  std::int64_t log_every = 50;
-  int threads = 0;
-  std::string out;
-  bool overwrite = false;  // replace the run already in `out`
-  // A new run from another classifier run's weights, "RUN[:best|last]"
-  // (tools/run_continuation.h), and the flags given, whose sizes must agree with it.
-  std::string init_from;
-  std::set<std::string> given;
-  std::string device = "cpu";
-  std::string precision = "fp32";  // fp32 | bf16 (engine/precision.h)
-  bool json = false;
-  // Under mpirun (tools/data_parallel.h): rows per piece (0: one piece per process), the
-  // fixed summation order, ZeRO stage 1, and the collectives' timeout (-1: the default).
-  std::int64_t micro_batch = 0;
-  bool deterministic = false;
-  int zero = 0;
-  double comm_timeout = -1;
 
   nlohmann::json to_json() const;
   static NliSettings from_json(const nlohmann::json& j);
+  // Range checks, each naming the flag, or the field of `config_file` for a resumed run.
+  void validate(const std::string& config_file) const;
 };
 
 inline constexpr std::size_t kReducedTrainFromDev = 5000;
@@ -100,10 +83,13 @@ struct NliResult {
   double seconds = 0;
   ClassificationReport select, test, majority;
   bool interrupted = false;
+  bool already_finished = false;  // --resume of a run that had done all its steps
 };
-// Trains (epochs over the training split, the best epoch by selection accuracy kept as
-// best.safetensors), then evaluates that checkpoint on test. Writes config.json,
-// metrics.jsonl and the checkpoints to settings.out.
+// Trains through the loop of tools/training_loop.h (epochs over the training split, scored
+// on the selection split after each; the best kept as best.safetensors), then evaluates
+// that checkpoint on test — once the run has done all its steps (an interrupted run is
+// continued with --resume). Writes config.json, metrics.jsonl and the checkpoints to
+// settings.out.
 NliResult train_nli(const models::NliConfig& config, const NliSettings& settings);
 
 // A classifier restored from a run folder written by train_nli.

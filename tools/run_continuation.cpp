@@ -62,19 +62,25 @@ nlohmann::json data_fingerprint(const Corpus& corpus) {
   return j;
 }
 
-void check_same_data(const nlohmann::json& recorded, const Corpus& corpus, const std::string& file,
+void check_same_data(const nlohmann::json& recorded, const nlohmann::json& now,
+                     const std::function<std::string(const std::string&)>& describe, const std::string& file,
                      const std::string& run_dir) {
   if (!recorded.contains("data_sha256") || !recorded.at("data_sha256").is_object()) return;  // recorded before fingerprints
-  const nlohmann::json& fp = recorded.at("data_sha256");
-  const nlohmann::json now = data_fingerprint(corpus);
-  for (const char* split : {"train", "valid"}) {
-    if (!fp.contains(split) || fp.at(split) == now.at(split)) continue;
+  for (const auto& [split, sha] : recorded.at("data_sha256").items()) {
+    if (!now.contains(split) || now.at(split) == sha) continue;
     throw std::runtime_error(fmt::format(
-        "train --resume: the {} split read now ({} tokens of {}) is not the one {} was trained on (the sha256 of its "
-        "token ids differs from {}: data_sha256.{}); a resumed run trains on its own data. To train on new data, start "
-        "a new run from its weights: `wedge train --init-from {} --out NEW ...`",
-        split, corpus.split(split).size(), corpus.name, run_dir, file, split, run_dir));
+        "train --resume: the {} split read now ({}) is not the one {} was trained on (the sha256 of its token ids "
+        "differs from {}: data_sha256.{}); a resumed run trains on its own data. To train on new data, start a new run "
+        "from its weights: `wedge train --init-from {} --out NEW ...`",
+        split, describe(split), run_dir, file, split, run_dir));
   }
+}
+
+void check_same_data(const nlohmann::json& recorded, const Corpus& corpus, const std::string& file,
+                     const std::string& run_dir) {
+  check_same_data(recorded, data_fingerprint(corpus),
+                  [&](const std::string& split) { return fmt::format("{} tokens of {}", corpus.split(split).size(), corpus.name); },
+                  file, run_dir);
 }
 
 nlohmann::json vocab_record(const TextCodec& codec) {

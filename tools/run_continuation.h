@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -53,6 +54,11 @@ nlohmann::json data_fingerprint(const Corpus& corpus);
 // A resumed run's splits must be the ones it was trained on (a run recorded before
 // fingerprints passes); the error names the split, the files and what to do instead.
 void check_same_data(const nlohmann::json& recorded, const Corpus& corpus, const std::string& file,
+                     const std::string& run_dir);
+// The same for any task: `now` holds the sha256 of each split read now, `describe` says
+// what a split is ("1,234 tokens of wikitext2").
+void check_same_data(const nlohmann::json& recorded, const nlohmann::json& now,
+                     const std::function<std::string(const std::string&)>& describe, const std::string& file,
                      const std::string& run_dir);
 
 // The vocabulary file in a run folder, and what config.json records of it

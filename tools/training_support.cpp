@@ -88,22 +88,6 @@ nlohmann::json read_json_file(const std::string& path) {
   }
 }
 
-void check_train_settings(const SharedTrainSettings& s, const std::function<std::string(const char*)>& name) {
-  auto bad = [&](const char* flag, const std::string& allowed, const auto& value) {
-    throw std::invalid_argument(fmt::format("{} is {}; it must be {}", name(flag), value, allowed));
-  };
-  const auto finite = [](double v) { return std::isfinite(v); };
-  if (s.epochs < 1 || s.epochs > 1'000'000) bad("--epochs", "in [1, 1000000]", s.epochs);
-  if (s.batch < 1 || s.batch > (1 << 20)) bad("--batch", "in [1, 1048576]", s.batch);
-  if (!finite(s.lr) || s.lr <= 0) bad("--lr", "a finite number > 0", s.lr);
-  if (!finite(s.min_lr_ratio) || s.min_lr_ratio < 0 || s.min_lr_ratio > 1) bad("--min-lr-ratio", "in [0, 1]", s.min_lr_ratio);
-  if (s.warmup < -1) bad("--warmup", "-1 (5 % of the run) or a number of steps >= 0", s.warmup);
-  if (!finite(s.weight_decay) || s.weight_decay < 0) bad("--weight-decay", "a finite number >= 0", s.weight_decay);
-  if (!finite(s.clip) || s.clip <= 0) bad("--clip", "a finite number > 0 (a large one clips nothing)", s.clip);
-  if (s.log_every < 1) bad("--log-every", "at least 1", s.log_every);
-  if (s.threads < 0 || s.threads > 4096) bad("--threads", "0 (all cores) or a count up to 4096", s.threads);
-}
-
 Adam make_adamw(const Module& model, double lr, double weight_decay) {
   AdamConfig config;
   config.lr = lr;

@@ -49,19 +49,6 @@ bool all_finite(const Tensor& t);
 // Reads a JSON file; the error names the file.
 nlohmann::json read_json_file(const std::string& path);
 
-// Range checks of the settings every trainer shares. `name` turns a flag ("--lr") into the
-// way the user gave the value (the flag itself, or a field of a resumed run's config.json);
-// the error is std::invalid_argument: "--lr is -1; it must be a finite number > 0".
-struct SharedTrainSettings {
-  std::int64_t epochs, batch;
-  double lr, min_lr_ratio;
-  std::int64_t warmup;
-  double weight_decay, clip;
-  std::int64_t log_every;
-  int threads;
-};
-void check_train_settings(const SharedTrainSettings& s, const std::function<std::string(const char*)>& name);
-
 // AdamW as every trainer here runs it: β2 0.98, weight decay on the matrices only
 // (decays_by_default: not on biases, normalisation parameters, A_log, D, dt_bias).
 Adam make_adamw(const Module& model, double lr, double weight_decay);

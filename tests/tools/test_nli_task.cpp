@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/precision.h"
+#include "engine/safetensors.h"
 #include "engine/sha256.h"
 #include "tools/nli_task.h"
 #include "tools/plot.h"
@@ -229,4 +230,95 @@ TEST_CASE("train --task nli --init-from: the parent classifier's exact weights, 
   lm.out = wedge::testing::fresh_run_dir("nli_child_lm");
   lm.init_from = f.dir.string();
   CHECK_THROWS_WITH_AS(train_nli(defaults, lm), doctest::Contains("no run there"), std::invalid_argument);
+}
+
+TEST_CASE("train --task nli --resume: an interrupted classifier continues exactly; its settings and data are its own") {
+  const Folder f = snli_folder("nli_resume");
+  NliSettings s = settings_for(f);
+  s.epochs = 2;
+  s.train_pairs = 256;  // 4 steps an epoch
+  s.log_every = 1;
+  models::NliConfig c = tiny_classifier();
+  c.dropout = 0.1;  // the dropout stream must continue where it stopped too
+  s.out = wedge::testing::fresh_run_dir("nli_whole");
+  const NliResult whole = train_nli(c, s);
+  REQUIRE(whole.steps == 8);
+  // The same run, stopped after 3 steps (inside the first epoch), then after 3 more
+  // (across the epoch's evaluation), then resumed to the end.
+  NliSettings part = s;
+  part.out = wedge::testing::fresh_run_dir("nli_parts");
+  part.stop_after = 3;
+  const NliResult first = train_nli(c, part);
+  CHECK(first.interrupted);
+  CHECK(first.steps == 3);
+  CHECK(first.test.count == 0);  // an unfinished run reports no test
+  NliSettings again = part;
+  again.resume = true;
+  again.given = {"--resume", "--out", "--stop-after"};
+  const NliResult second = train_nli(models::NliConfig(), again);  // sizes not given: the run's
+  CHECK(second.steps == 6);
+  again.stop_after = -1;
+  again.given = {"--resume", "--out"};
+  const NliResult last = train_nli(models::NliConfig(), again);
+  CHECK(last.steps == 8);
+  CHECK_FALSE(last.interrupted);
+  // Every step's loss and every selection, bit for bit, each logged once.
+  const auto lines = [](const std::string& run) {
+    std::vector<std::string> kept;
+    std::ifstream metrics(run + "/metrics.jsonl");
+    for (std::string line; std::getline(metrics, line);) {
+      nlohmann::json j = nlohmann::json::parse(line);
+      j.erase("time");
+      kept.push_back(j.dump());
+    }
+    return kept;
+  };
+  CHECK(lines(part.out) == lines(s.out));
+  CHECK(last.best_epoch == whole.best_epoch);
+  CHECK(last.select.accuracy == whole.select.accuracy);
+  CHECK(last.test.accuracy == whole.test.accuracy);
+  const SafeTensors best_whole = load_safetensors(s.out + "/best.safetensors"),
+                    best_parts = load_safetensors(part.out + "/best.safetensors");
+  REQUIRE(best_parts.tensors.size() == best_whole.tensors.size());
+  for (const auto& [name, t] : best_whole.tensors) {
+    CAPTURE(name);
+    CHECK(best_parts.tensors.at(name).to_vector<float>() == t.to_vector<float>());
+  }
+  // A finished run says so and trains nothing.
+  const NliResult done = train_nli(models::NliConfig(), again);
+  CHECK(done.already_finished);
+  CHECK(done.steps == 8);
+  // Settings fixed by the run are refused by name; the length may only grow.
+  NliSettings lr = again;
+  lr.lr = 1e-2;
+  lr.given = {"--resume", "--out", "--lr"};
+  CHECK_THROWS_WITH_AS(train_nli(models::NliConfig(), lr), doctest::Contains("--lr 0.01 differs from the run's 0.003"),
+                       std::invalid_argument);
+  NliSettings head = again;
+  head.given = {"--resume", "--out", "--head"};
+  models::NliConfig grassmann;
+  grassmann.head = "grassmann";
+  CHECK_THROWS_WITH_AS(train_nli(grassmann, head), doctest::Contains("--head grassmann differs from the run's transformer"),
+                       std::invalid_argument);
+  NliSettings shorter = again;
+  shorter.epochs = 1;
+  shorter.given = {"--resume", "--out", "--epochs"};
+  CHECK_THROWS_WITH_AS(train_nli(models::NliConfig(), shorter), doctest::Contains("may only grow"), std::invalid_argument);
+  // Other pairs under the same file names are refused, naming the split.
+  std::ofstream(f.dir / "snli_1.0_dev.jsonl") << jsonl(7000, 1);
+  NliSettings longer = again;
+  longer.epochs = 3;
+  longer.given = {"--resume", "--out", "--epochs"};
+  const std::string changed = "split read now (1000 pairs of " + f.dir.string() + ") is not the one";
+  CHECK_THROWS_WITH_AS(train_nli(models::NliConfig(), longer), doctest::Contains(changed.c_str()), std::runtime_error);
+  std::ofstream(f.dir / "snli_1.0_dev.jsonl") << jsonl(7000, 0);
+  // Through the binary: `train --resume` of a classifier run needs no --task nli; a longer
+  // run continues from step 8 and reports its test accuracy again.
+  const wedge::testing::ShellRun grown =
+      wedge::testing::shell(std::string(WEDGE_CLI) + " train --resume --out " + part.out + " --epochs 3 --json");
+  CHECK(grown.status == 0);
+  CHECK(grown.err.find("the run grows from 8 to 12 steps") != std::string::npos);
+  CHECK(grown.err.find("resumed from") != std::string::npos);
+  const std::string last_line = grown.out.substr(grown.out.rfind('\n', grown.out.size() - 2) + 1);
+  CHECK(nlohmann::json::parse(last_line).at("steps") == 12);
 }
