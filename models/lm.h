@@ -97,6 +97,9 @@ class LanguageModel : public Module {
  public:
   // ids (B, L) int32 with L <= config().block -> logits (B, L, V).
   virtual Tensor forward(const Tensor& ids) = 0;
+  // The token states the output head reads, (B, L, d_model): what a frozen backbone hands a
+  // sentence-pair classifier (models/nli.h). Causal like forward: state t sees ids[0..t].
+  virtual Tensor hidden_states(const Tensor& ids) = 0;
   virtual const LMConfig& config() const = 0;
   // Parameter count per named part (embeddings, attention/mixing, ffn, norms, ...),
   // for `wedge params`.

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/autograd.h"
 #include "engine/json_field.h"
 #include "models/param_count.h"
 
@@ -60,6 +61,8 @@ void NliConfig::validate() const {
   need(d_ff >= 1, fmt::format("--d-ff must be positive, got {}", d_ff));
   at_most("--d-ff", d_ff, kMaxWidth);
   need(max_length >= 3, fmt::format("--max-length must be at least 3 ([CLS], a token, [SEP]), got {}", max_length));
+  need(backbone_d >= 0, fmt::format("the backbone's width must be 0 (none) or positive, got {}", backbone_d));
+  at_most("the backbone's width", backbone_d, kMaxWidth);
   at_most("--max-length", max_length, kMaxLength);
   if (head == "transformer")
     need(heads >= 1 && d_model % heads == 0, fmt::format("--heads {} must divide --d-model {}", heads, d_model));
@@ -92,7 +95,7 @@ void to_json(nlohmann::json& j, const NliConfig& c) {
        {"mixing_heads", c.mixing_heads}, {"window", c.window},     {"stride", c.stride},
        {"patch", c.patch},       {"cover_depth", c.cover_depth},   {"types", c.types},
        {"state_size", c.state_size}, {"section_dim", c.section_dim},
-       {"hypothesis_only", c.hypothesis_only}, {"seed", c.seed}};
+       {"hypothesis_only", c.hypothesis_only}, {"backbone_d", c.backbone_d}, {"seed", c.seed}};
 }
 
 void from_json(const nlohmann::json& j, NliConfig& c) {
@@ -115,6 +118,7 @@ void from_json(const nlohmann::json& j, NliConfig& c) {
   c.state_size = json_field(j, "state_size", d.state_size);
   c.section_dim = json_field(j, "section_dim", d.section_dim);
   c.hypothesis_only = json_field(j, "hypothesis_only", d.hypothesis_only);
+  c.backbone_d = json_field(j, "backbone_d", d.backbone_d);
   c.seed = json_field(j, "seed", d.seed);
 }
 
@@ -295,7 +299,10 @@ Tensor SheafPairBlock::forward(const Tensor& h_in, const Tensor& mask) const {
 NliModel::NliModel(const NliConfig& config)
     : config_(validated(config)), init_gen_(config.seed), dropout_gen_(init_gen_.next_seed()) {
   const NliConfig& c = config_;
-  tokens_ = &register_module("token_embedding", std::make_shared<nn::Embedding>(c.vocab_size, c.d_model, init_gen_));
+  if (c.backbone_d > 0)
+    backbone_in_ = &register_module("backbone_projection", std::make_shared<nn::Linear>(c.backbone_d, c.d_model, init_gen_));
+  else
+    tokens_ = &register_module("token_embedding", std::make_shared<nn::Embedding>(c.vocab_size, c.d_model, init_gen_));
   positions_ = &register_module("position_embedding", std::make_shared<nn::Embedding>(c.positions(), c.d_model, init_gen_));
   segments_ = &register_module("segment_embedding", std::make_shared<nn::Embedding>(2, c.d_model, init_gen_));
   embedding_dropout_ = &register_module("embedding_dropout", std::make_shared<nn::Dropout>(c.dropout, dropout_gen_));
@@ -327,11 +334,24 @@ Tensor NliModel::forward(const Tensor& ids, const Tensor& segments, const Tensor
   const std::int64_t B = ids.size(0), T = ids.size(1);
   if (T < 1 || T > config_.positions())
     throw std::invalid_argument(fmt::format("nli: {} tokens per row; the position table holds {}", T, config_.positions()));
-  const Tensor m = mask.to(tokens_->weight.dtype());
+  const Tensor m = mask.to(positions_->weight.dtype());
   std::vector<std::int32_t> position_ids(static_cast<std::size_t>(T));
   for (std::int64_t t = 0; t < T; ++t) position_ids[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(t);
-  Tensor h = tokens_->forward(ids) + positions_->forward(Tensor::from_vector(position_ids, {T}).to(ids.device())) +
-             segments_->forward(segments);
+  Tensor h = positions_->forward(Tensor::from_vector(position_ids, {T}).to(ids.device())) + segments_->forward(segments);
+  if (backbone_in_ != nullptr) {
+    if (!backbone_)
+      throw std::invalid_argument(fmt::format(
+          "nli: this classifier reads the token states of a backbone language model (width {}); none is attached",
+          config_.backbone_d));
+    Tensor states;
+    {
+      NoGradGuard frozen;
+      states = backbone_->hidden_states(ids);
+    }
+    h = backbone_in_->forward(states) + h;
+  } else {
+    h = tokens_->forward(ids) + h;
+  }
   h = embedding_dropout_->forward(h);
 
   if (!transformer_blocks_.empty()) {
@@ -357,6 +377,24 @@ Tensor NliModel::forward(const Tensor& ids, const Tensor& segments, const Tensor
 }
 
 std::vector<std::pair<std::string, std::int64_t>> NliModel::parameter_breakdown() const { return parameter_parts(*this); }
+
+void NliModel::attach_backbone(std::shared_ptr<LanguageModel> backbone) {
+  if (config_.backbone_d <= 0) throw std::invalid_argument("nli: this classifier has its own token table; it takes no backbone");
+  if (!backbone) throw std::invalid_argument("nli: no backbone given");
+  const LMConfig& b = backbone->config();
+  if (b.d_model != config_.backbone_d)
+    throw std::invalid_argument(fmt::format("nli: the backbone's token states are {} wide; this classifier reads {}",
+                                            b.d_model, config_.backbone_d));
+  if (b.vocab_size != config_.vocab_size)
+    throw std::invalid_argument(fmt::format("nli: the backbone's vocabulary has {} entries; this classifier's {}",
+                                            b.vocab_size, config_.vocab_size));
+  if (b.block < config_.positions())
+    throw std::invalid_argument(fmt::format(
+        "nli: the backbone reads at most {} tokens (its --block); a pair of two sentences of --max-length {} needs {}", b.block,
+        config_.max_length, config_.positions()));
+  backbone->eval();
+  backbone_ = std::move(backbone);
+}
 
 std::unique_ptr<NliModel> make_nli_model(const NliConfig& config) { return std::make_unique<NliModel>(config); }
 

@@ -3,6 +3,8 @@
 //
 //   input   [CLS] premise [SEP] hypothesis [SEP], segment ids 0 / 1, padded rows with a mask
 //   h_0     E[x_t] + P[t] + S[segment_t]                          (then dropout)
+//           or, on a frozen backbone language model, W_b b_t + c + P[t] + S[segment_t],
+//           b_t its hidden state at t (causal, so padding after a row's tokens changes none)
 //   encoder `layers` blocks of the head, every one blind to padding:
 //     transformer  post-LN blocks of TransformerLM, attention bidirectional over real tokens
 //     grassmann    the gated Grassmann block with Plücker pairs inside windows (below)
@@ -44,6 +46,7 @@
 #include "engine/rng.h"
 #include "engine/tensor.h"
 #include "models/grassmann.h"
+#include "models/lm.h"
 #include "models/sheaf.h"
 #include "models/transformer.h"
 
@@ -72,6 +75,9 @@ struct NliConfig {
   std::int64_t state_size = 16;
   std::int64_t section_dim = 64;
   bool hypothesis_only = false;  // the control: the hypothesis alone
+  // > 0: the token states come from a frozen language model of this width (its
+  // hidden_states, attach_backbone), projected to d_model, instead of the token table.
+  std::int64_t backbone_d = 0;
   std::uint64_t seed = 0;
 
   // Rows of the position table: a pair of two cut sentences, 2 max_length - 1 tokens.
@@ -161,11 +167,19 @@ class NliModel : public Module {
   Generator& dropout_generator() { return dropout_gen_; }
   // Parameter count per part (embeddings, encoder blocks, classifier), for `wedge params`.
   std::vector<std::pair<std::string, std::int64_t>> parameter_breakdown() const;
+  // The frozen language model whose token states the classifier reads (config backbone_d
+  // > 0): its width must be backbone_d, its vocabulary vocab_size and its positions at
+  // least positions(). Not a part of this module: its weights are neither trained nor saved
+  // with the classifier's; it runs in eval mode, without gradients, on the classifier's device.
+  void attach_backbone(std::shared_ptr<LanguageModel> backbone);
+  const LanguageModel* backbone() const { return backbone_.get(); }
 
  private:
   NliConfig config_;
   Generator init_gen_, dropout_gen_;
-  nn::Embedding* tokens_ = nullptr;
+  nn::Embedding* tokens_ = nullptr;   // without a backbone
+  nn::Linear* backbone_in_ = nullptr;  // W_b, c: with one
+  std::shared_ptr<LanguageModel> backbone_;
   nn::Embedding* positions_ = nullptr;
   nn::Embedding* segments_ = nullptr;
   nn::Dropout* embedding_dropout_ = nullptr;

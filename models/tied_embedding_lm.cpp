@@ -51,7 +51,7 @@ Tensor TiedEmbeddingLM::stream_embed(const Tensor& ids) const {
   return token_embedding_.forward(ids);
 }
 
-Tensor TiedEmbeddingLM::forward_embedded(const Tensor& h0) {
+Tensor TiedEmbeddingLM::blocks_of_embedded(const Tensor& h0) {
   const std::string op = fmt::format("{}.forward", config_.model);
   if (h0.dim() != 3 || h0.size(2) != config_.d_model)
     fail(op, fmt::format("embedded input must be (batch, length, {}), got {}", config_.d_model,
@@ -60,13 +60,15 @@ Tensor TiedEmbeddingLM::forward_embedded(const Tensor& h0) {
   if (L < 1 || L > config_.block)
     fail(op, fmt::format("sequence length {} must lie in [1, --block {}]", L, config_.block));
   // h_t = E[x_t] + P[t]
-  Tensor h = embedding_dropout_.forward(with_positions(h0, 0));
-  h = run_blocks(h);
-  // Tied head, no final LayerNorm: logits_t = E h_t.
-  return ops::linear(h, token_embedding_.weight);
+  return run_blocks(embedding_dropout_.forward(with_positions(h0, 0)));
 }
 
+// Tied head, no final LayerNorm: logits_t = E h_t.
+Tensor TiedEmbeddingLM::forward_embedded(const Tensor& h0) { return ops::linear(blocks_of_embedded(h0), token_embedding_.weight); }
+
 Tensor TiedEmbeddingLM::forward(const Tensor& ids) { return forward_embedded(embed_tokens(ids)); }
+
+Tensor TiedEmbeddingLM::hidden_states(const Tensor& ids) { return blocks_of_embedded(embed_tokens(ids)); }
 
 Tensor TiedEmbeddingLM::with_positions(const Tensor& h, std::int64_t first) const {
   if (position_embedding_ == nullptr) return h;

@@ -40,6 +40,7 @@ class TiedEmbeddingLM : public LanguageModel {
  public:
   // ids (B, L) int32, 1 <= L <= block -> logits (B, L, V).
   Tensor forward(const Tensor& ids) final;
+  Tensor hidden_states(const Tensor& ids) final;
   const LMConfig& config() const final { return config_; }
   // One row per parameter group in order of first appearance ("token_embedding",
   // "attention.qkv", "ffn.w1", ...), each summed over all layers.
@@ -72,6 +73,8 @@ class TiedEmbeddingLM : public LanguageModel {
   };
 
  protected:
+  // forward_embedded without the head: the blocks' output (B, L, d).
+  Tensor blocks_of_embedded(const Tensor& h0);
   // Validates `config`, seeds the generators and builds the embeddings; derived classes
   // then build their blocks with init_gen_ (so the same seed gives the same model).
   explicit TiedEmbeddingLM(const LMConfig& config);

@@ -95,6 +95,7 @@ void train_nli_task(const CLI::App* cmd, const ModelFlags& flags, const TrainSet
   s.vocab = flags.vocab_file;
   s.protocol = nf.protocol;
   s.train_pairs = nf.train_pairs;
+  s.backbone = nf.backbone;
   s.seed = flags.values.seed;
   const NliResult r = train_nli(config, s);
   // Rank 0 reports for every rank; a finished run said so.
@@ -129,6 +130,9 @@ void register_train(CLI::App& app) {
   add_model_flags(*cmd, *flags);
   add_data_flags(cmd, st->corpus);
   add_nli_flags(cmd, *nli);
+  cmd->add_option("--backbone", nli->backbone,
+                  "nli: RUN[:best|last] (default best), a language model wedge trained with the classifier's vocabulary: "
+                  "the heads read its token states, frozen, instead of a token table of their own");
   cmd->add_option("--epochs", st->epochs, "Passes over the training split")->capture_default_str();
   cmd->add_option("--batch", st->batch, "Sequences per step")->capture_default_str();
   cmd->add_option("--lr", st->lr, "Peak learning rate (AdamW; linear warm-up, then --schedule)")->capture_default_str();

@@ -129,7 +129,7 @@ void check_task_flags(const CLI::App* cmd, const std::string& task) {
                                   "--expert-d-ff", "--energy-weight", "--balance-weight", "--leaky", "--train", "--valid",
                                   "--test"};
   static const char* nli_only[] = {"--head", "--hypothesis-only", "--max-length", "--d-proj", "--mixing-heads",
-                                   "--window", "--stride", "--protocol", "--train-pairs"};
+                                   "--window", "--stride", "--protocol", "--train-pairs", "--backbone"};
   for (const char* flag : task == "nli" ? std::span<const char* const>(lm_only) : std::span<const char* const>(nli_only))
     if (const CLI::Option* option = cmd->get_option_no_throw(flag); option != nullptr && option->count() > 0)
       throw CLI::ValidationError(flag, task == "nli" ? "does not apply to --task nli" : "is for --task nli only");

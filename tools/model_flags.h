@@ -44,6 +44,7 @@ struct NliFlags {
   models::NliConfig config;
   std::string protocol = "auto";
   std::int64_t train_pairs = -1;
+  std::string backbone;  // train: RUN[:best|last], a language model whose token states the heads read
 };
 void add_nli_flags(CLI::App* cmd, NliFlags& flags);
 // Flags of one task given to the other are errors, not silently ignored (CLI::ValidationError).

@@ -89,7 +89,8 @@ NliInputs rows_of(const NliInputs& whole, std::int64_t first, std::int64_t count
 }  // namespace
 
 nlohmann::json NliSettings::to_json() const {
-  nlohmann::json j = {{"data_dir", data_dir}, {"vocab", vocab}, {"protocol", protocol}, {"train_pairs", train_pairs}};
+  nlohmann::json j = {{"data_dir", data_dir},       {"vocab", vocab},      {"protocol", protocol},
+                      {"train_pairs", train_pairs}, {"backbone", backbone}};
   write_loop_json(j);
   return j;
 }
@@ -103,6 +104,7 @@ NliSettings NliSettings::from_json(const nlohmann::json& j) {
   s.vocab = json_field(j, "vocab", s.vocab);
   s.protocol = json_field(j, "protocol", s.protocol);
   s.train_pairs = json_field(j, "train_pairs", s.train_pairs);
+  s.backbone = json_field(j, "backbone", s.backbone);
   return s;
 }
 
@@ -401,6 +403,36 @@ void report_test(TrainingLoop& loop, models::NliModel& model, const NliSplits& s
 
 }  // namespace
 
+std::shared_ptr<models::LanguageModel> open_backbone(const std::string& arg, const TextCodec& codec,
+                                                     const std::string& vocab_name, Device device,
+                                                     const dist::Communicator* comm, nlohmann::json& record) {
+  const bool root = comm == nullptr || comm->is_root();
+  std::string text;
+  if (root) text = ParentRun::open(arg, "lm", "--backbone").config.dump();
+  if (comm != nullptr) comm->broadcast(text);
+  const ParentRun run = ParentRun::from(arg, nlohmann::json::parse(text), "--backbone");
+  run.check_vocabulary(codec, vocab_name);
+  models::LMConfig config;
+  try {
+    config = run.config.at("model").get<models::LMConfig>();
+    config.validate();
+  } catch (const std::exception& e) {
+    throw std::runtime_error(fmt::format("--backbone {}: cannot read {}/config.json: {}", arg, run.dir, e.what()));
+  }
+  models::check_model_memory(config, models::ModelUse::evaluation);
+  std::shared_ptr<models::LanguageModel> model = models::make_model(config);
+  if (root) record = run.load_weights(*model);
+  if (comm != nullptr && comm->distributed()) {
+    for (Tensor& t : model->parameters()) broadcast_tensor(*comm, t);
+    std::string r = record.dump();
+    comm->broadcast(r);
+    record = nlohmann::json::parse(r);
+  }
+  model->to(device);
+  model->eval();
+  return model;
+}
+
 void NliSettings::validate(const std::string& config_file) const {
   auto name = [&](const char* flag) {
     return config_file.empty() ? std::string(flag) : fmt::format("{}: train.{}", config_file, flag + 2);
@@ -424,6 +456,32 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& given
   models::NliConfig config = run_model_config(loop, config_in, st);
   if (loop.parent() != nullptr) loop.parent()->check_vocabulary(codec, st.vocab);
   config.vocab_size = codec.tokenizer->vocab().size();
+  // --backbone: the language model's token states in place of a token table. A resumed run
+  // reads the very checkpoint it began with (its sha256 checked).
+  const Device device = Device::parse(st.device);
+  choose_gpu_of_rank(loop.comm(), device);
+  std::shared_ptr<models::LanguageModel> backbone;
+  nlohmann::json backbone_record;
+  const nlohmann::json recorded_backbone = st.resume ? loop.recorded().at("train").value("backbone_weights", nlohmann::json()) : nlohmann::json();
+  if (!st.backbone.empty()) {
+    const std::string arg = recorded_backbone.is_object()
+                                ? recorded_backbone.at("run").get<std::string>() + ":" + recorded_backbone.at("checkpoint").get<std::string>()
+                                : st.backbone;
+    backbone = open_backbone(arg, codec, st.vocab, device, &loop.comm(), backbone_record);
+    if (recorded_backbone.is_object() && backbone_record.at("sha256") != recorded_backbone.at("sha256"))
+      throw std::runtime_error(fmt::format("train --resume: the backbone {} is not the checkpoint {} was trained on (its sha256 "
+                                           "differs from {}: train.backbone_weights.sha256)",
+                                           backbone_record.at("file").get<std::string>(), st.out, loop.config_path()));
+    if (loop.parent() != nullptr && config.backbone_d != backbone->config().d_model)
+      throw std::invalid_argument(fmt::format("--backbone {}: {} reads {}; a run started from another keeps its inputs", st.backbone,
+                                              loop.parent()->dir, config.backbone_d > 0 ? fmt::format("token states {} wide", config.backbone_d)
+                                                                                        : std::string("a token table of its own")));
+    config.backbone_d = backbone->config().d_model;
+  } else if (config.backbone_d > 0) {
+    throw std::invalid_argument(fmt::format("--init-from {}: that classifier reads the token states of a backbone language "
+                                            "model; give it with --backbone RUN",
+                                            st.init_from));
+  }
   config.validate();
   const auto t_load = Clock::now();
   const NliSplits splits = load_nli_splits(st, *codec.tokenizer, static_cast<std::size_t>(config.max_length));
@@ -439,13 +497,17 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& given
                        thousands(splits.skipped_unlabelled), thousands(splits.truncated), config.max_length,
                        std::chrono::duration<double>(Clock::now() - t_load).count()));
 
-  const Device device = Device::parse(st.device);
-  choose_gpu_of_rank(loop.comm(), device);
   const MatmulPrecisionGuard precision_scope(parse_precision(st.precision));
   models::check_model_memory(config, models::ModelUse::training);
   auto model = models::make_nli_model(config);
   model->to(device);
   model->train();
+  if (backbone) {
+    model->attach_backbone(backbone);
+    loop.say(fmt::format("backbone: {} ({} - {} layers, d {}, step {}), frozen: the heads read its token states",
+                         backbone_record.at("file").get<std::string>(), backbone->config().model, backbone->config().layers,
+                         backbone->config().d_model, backbone_record.at("step").get<std::int64_t>()));
+  }
   NliResult result;
   result.protocol = splits.protocol;
   result.description = splits.description;
@@ -459,6 +521,7 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& given
   nlohmann::json t = st.to_json();
   t.update(vocab_record(codec));
   t["data_sha256"] = fingerprint;
+  if (backbone) t["backbone_weights"] = backbone_record;
   const auto t_start = Clock::now();
   const LoopResult r = loop.run(task, st, nlohmann::json{{"task", "nli"}, {"model", config}, {"train", t}}, codec.vocab_text);
   result.steps = r.steps;
@@ -492,8 +555,9 @@ LoadedNliRun load_nli_run(const std::string& run_dir, const std::string& which, 
     throw std::runtime_error("cannot read " + config_path + ": " + e.what());
   }
   // The run's own copy of its vocabulary (checked against its sha256), when it keeps one.
+  std::optional<TextCodec> codec;
   if (fs::exists(run_dir + "/" + kRunVocabFile)) {
-    run_codec(run_dir, j.at("train"));
+    codec = run_codec(run_dir, j.at("train"));
     r.settings.vocab = run_dir + "/" + kRunVocabFile;
   }
   const std::string path = run_dir + "/" + which + ".safetensors";
@@ -502,6 +566,20 @@ LoadedNliRun load_nli_run(const std::string& run_dir, const std::string& which, 
   load_parameters(*r.model, load_safetensors(path), path);
   r.model->to(device);
   r.model->eval();
+  if (r.config.backbone_d > 0) {
+    // The backbone it was trained on: the same checkpoint, by its sha256.
+    const nlohmann::json recorded = j.at("train").value("backbone_weights", nlohmann::json());
+    if (!recorded.is_object() || !codec)
+      throw std::runtime_error(config_path + ": the classifier reads a backbone's token states, but train.backbone_weights "
+                                             "or the run's vocab.txt is missing");
+    nlohmann::json now;
+    r.model->attach_backbone(open_backbone(recorded.at("run").get<std::string>() + ":" + recorded.at("checkpoint").get<std::string>(),
+                                           *codec, r.settings.vocab, device, nullptr, now));
+    if (now.at("sha256") != recorded.at("sha256"))
+      throw std::runtime_error(fmt::format("the backbone {} of {} changed since the classifier was trained (its sha256 differs "
+                                           "from {}: train.backbone_weights.sha256)",
+                                           now.at("file").get<std::string>(), run_dir, config_path));
+  }
   return r;
 }
 

@@ -24,6 +24,7 @@
 #include "engine/distributed.h"
 #include "models/nli.h"
 #include "tools/classification.h"
+#include "tools/corpus.h"
 #include "tools/training_loop.h"
 
 namespace wedge::tools {
@@ -38,6 +39,9 @@ struct NliSettings : LoopSettings {
   std::string vocab;              // vocab.txt (default: the BERT-uncased one beside the data)
   std::string protocol = "auto";  // auto | standard | reduced
   std::int64_t train_pairs = -1;  // train on this many pairs of the training set only (-1: all)
+  // "RUN[:best|last]": the language model whose token states the heads read, frozen
+  // (models/nli.h attach_backbone); config.json records its checkpoint and sha256 too.
+  std::string backbone;
 
   nlohmann::json to_json() const;
   static NliSettings from_json(const nlohmann::json& j);
@@ -92,7 +96,16 @@ struct NliResult {
 // settings.out.
 NliResult train_nli(const models::NliConfig& config, const NliSettings& settings);
 
-// A classifier restored from a run folder written by train_nli.
+// The frozen language model of --backbone RUN[:best|last], on `device`, in eval mode: it
+// must be a language-model run whose vocabulary is `codec`'s byte for byte. With a
+// communicator of several ranks, rank 0 reads it and the others receive it. `record` gets
+// what config.json keeps of it: {"run", "checkpoint", "file", "step", "sha256"}.
+std::shared_ptr<models::LanguageModel> open_backbone(const std::string& arg, const TextCodec& codec,
+                                                     const std::string& vocab_name, Device device,
+                                                     const dist::Communicator* comm, nlohmann::json& record);
+
+// A classifier restored from a run folder written by train_nli (with its backbone, checked
+// against the sha256 it was trained with).
 struct LoadedNliRun {
   models::NliConfig config;
   NliSettings settings;

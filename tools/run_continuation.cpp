@@ -115,9 +115,10 @@ CorpusSpec run_corpus_spec(const std::string& run_dir, const nlohmann::json& set
   return spec;
 }
 
-ParentRun ParentRun::from(const std::string& arg, nlohmann::json config) {
+ParentRun ParentRun::from(const std::string& arg, nlohmann::json config, const std::string& flag) {
   ParentRun p;
   p.arg = arg;
+  p.flag = flag;
   p.dir = arg;
   for (const char* which : {"best", "last"}) {
     const std::string suffix = std::string(":") + which;
@@ -126,21 +127,21 @@ ParentRun ParentRun::from(const std::string& arg, nlohmann::json config) {
       p.checkpoint = which;
     }
   }
-  if (p.dir.empty()) throw std::invalid_argument("--init-from needs a run folder: RUN, RUN:best or RUN:last");
+  if (p.dir.empty()) throw std::invalid_argument(flag + " needs a run folder: RUN, RUN:best or RUN:last");
   p.config = std::move(config);
   return p;
 }
 
-ParentRun ParentRun::open(const std::string& arg, const std::string& task) {
-  ParentRun p = from(arg, nlohmann::json::object());
+ParentRun ParentRun::open(const std::string& arg, const std::string& task, const std::string& flag) {
+  ParentRun p = from(arg, nlohmann::json::object(), flag);
   const std::string path = p.dir + "/config.json";
-  if (!fs::exists(path)) throw std::invalid_argument(fmt::format("--init-from {}: no run there ({} is missing)", arg, path));
+  if (!fs::exists(path)) throw std::invalid_argument(fmt::format("{} {}: no run there ({} is missing)", flag, arg, path));
   p.config = read_json_file(path);
   if (json_field(p.config, "task", std::string("lm")) != task || !p.config.contains("model") || !p.config.contains("train"))
-    throw std::invalid_argument(fmt::format("--init-from {}: not a {} run ({})", arg,
+    throw std::invalid_argument(fmt::format("{} {}: not a {} run ({})", flag, arg,
                                             task == "lm" ? "language-model" : "sentence-pair classifier", path));
   if (!fs::exists(p.file()))
-    throw std::invalid_argument(fmt::format("--init-from {}: the run has no checkpoint yet ({} is missing)", arg, p.file()));
+    throw std::invalid_argument(fmt::format("{} {}: the run has no checkpoint yet ({} is missing)", flag, arg, p.file()));
   return p;
 }
 
@@ -172,9 +173,9 @@ void ParentRun::check_vocabulary(const TextCodec& codec, const std::string& what
   const auto entries = json_field(config.at("model"), "vocab_size", std::int64_t{0});
   if ((!theirs.empty() && theirs != ours) || entries != codec.vocab_size)
     throw std::invalid_argument(fmt::format(
-        "--init-from {}: the vocabulary of {} ({} entries) is not the one the parent run was trained with ({} entries{}); "
+        "{} {}: the vocabulary of {} ({} entries) is not the one that run was trained with ({} entries{}); "
         "its token ids would mean other words",
-        arg, what, codec.vocab_size, entries, theirs.empty() ? "" : ", sha256 " + theirs));
+        flag, arg, what, codec.vocab_size, entries, theirs.empty() ? "" : ", sha256 " + theirs));
 }
 
 nlohmann::json ParentRun::load_weights(Module& model) const {

@@ -77,15 +77,16 @@ CorpusSpec run_corpus_spec(const std::string& run_dir, const nlohmann::json& set
 // back to last, as `wedge eval` does): the parent run a fine-tune starts from.
 struct ParentRun {
   std::string arg;  // as given
+  std::string flag = "--init-from";  // the flag that named it, for messages (--backbone too)
   std::string dir;
   std::string checkpoint = "best";
   nlohmann::json config;  // its config.json
 
   // Reads the parent (its config.json and checkpoint must be there, and it must be a run of
   // `task`: "lm" or "nli"): std::invalid_argument naming what is wrong.
-  static ParentRun open(const std::string& arg, const std::string& task = "lm");
+  static ParentRun open(const std::string& arg, const std::string& task = "lm", const std::string& flag = "--init-from");
   // The parent of `arg` whose config.json another process read.
-  static ParentRun from(const std::string& arg, nlohmann::json config);
+  static ParentRun from(const std::string& arg, nlohmann::json config, const std::string& flag = "--init-from");
 
   std::string file() const;  // the checkpoint's path
   // The fine-tune's model configuration (config.json's "model"): the parent's sizes (a size

@@ -3,7 +3,9 @@
 // hypothesis-only control, and input checks.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
 #include <map>
 #include <string>
 #include <vector>
@@ -284,4 +286,68 @@ TEST_CASE("the SheafState head's mixing matches a plain loop: scans, summaries a
       }
     }
   }
+}
+
+TEST_CASE("a classifier on a frozen backbone: it reads the language model's token states, trains only its own weights") {
+  models::LMConfig lm;
+  lm.model = "transformer";
+  lm.vocab_size = 13;
+  lm.d_model = 6;
+  lm.layers = 1;
+  lm.heads = 2;
+  lm.d_ff = 8;
+  lm.block = 11;  // the pair's positions exactly
+  lm.dropout = 0.0;
+  lm.seed = 3;
+  for (const char* head : {"transformer", "grassmann", "sheaf"}) {
+    CAPTURE(head);
+    NliConfig c = tiny(head);
+    c.backbone_d = 6;
+    auto model = models::make_nli_model(c);
+    std::shared_ptr<models::LanguageModel> backbone = models::make_model(lm);
+    models::testing::randomize_parameters(*model, 43);
+    models::testing::randomize_parameters(*backbone, 44);
+    const Batch b = make_batch({{3, 2}, {5, 4}}, 9, 1);
+    CHECK_THROWS_WITH_AS(model->forward(b.ids, b.segments, b.mask), doctest::Contains("none is attached"), std::invalid_argument);
+    model->attach_backbone(backbone);
+    // Its inputs are the backbone's states through a projection: no token table of its own.
+    const auto names = model->named_parameters();
+    CHECK(std::none_of(names.begin(), names.end(), [](const auto& n) { return n.first.rfind("token_embedding", 0) == 0; }));
+    CHECK(std::any_of(names.begin(), names.end(), [](const auto& n) { return n.first == "backbone_projection.weight"; }));
+    // The classifier's gradients match central differences; the backbone gets none.
+    const Tensor labels = Tensor::from_vector(std::vector<std::int32_t>{1, 2}, {2});
+    auto loss = [&] { return ops::cross_entropy(model->forward(b.ids, b.segments, b.mask), labels); };
+    models::testing::check_parameter_gradients(*model, loss, 3e-3f);
+    for (const auto& [name, p] : backbone->named_parameters()) {
+      CAPTURE(name);
+      CHECK_FALSE(p.grad().defined());
+    }
+    // Still blind to padding (the backbone is causal and the padding comes last) ...
+    model->eval();
+    const auto base = logits(*model, b);
+    CHECK(logits(*model, make_batch({{3, 2}, {5, 4}}, 9, 2, 7)) == base);
+    // ... and the backbone's weights are what it reads.
+    {
+      NoGradGuard no_grad;
+      Tensor w = backbone->named_parameters().back().second;
+      w.copy_(w * 1.5);
+    }
+    CHECK(logits(*model, b) != base);
+  }
+  // What does not fit is refused by name.
+  NliConfig c = tiny("transformer");
+  CHECK_THROWS_WITH_AS(models::make_nli_model(c)->attach_backbone(models::make_model(lm)), doctest::Contains("takes no backbone"),
+                       std::invalid_argument);
+  c.backbone_d = 8;
+  CHECK_THROWS_WITH_AS(models::make_nli_model(c)->attach_backbone(models::make_model(lm)), doctest::Contains("6 wide"),
+                       std::invalid_argument);
+  c.backbone_d = 6;
+  models::LMConfig short_lm = lm;
+  short_lm.block = 10;
+  CHECK_THROWS_WITH_AS(models::make_nli_model(c)->attach_backbone(models::make_model(short_lm)),
+                       doctest::Contains("a pair of two sentences of --max-length 6 needs 11"), std::invalid_argument);
+  models::LMConfig other_vocab = lm;
+  other_vocab.vocab_size = 14;
+  CHECK_THROWS_WITH_AS(models::make_nli_model(c)->attach_backbone(models::make_model(other_vocab)),
+                       doctest::Contains("vocabulary has 14 entries"), std::invalid_argument);
 }

@@ -20,6 +20,7 @@
 #include "engine/sha256.h"
 #include "tools/nli_task.h"
 #include "tools/plot.h"
+#include "tools/trainer.h"
 #include "trainer_support.h"
 
 using namespace wedge;
@@ -321,4 +322,75 @@ TEST_CASE("train --task nli --resume: an interrupted classifier continues exactl
   CHECK(grown.err.find("resumed from") != std::string::npos);
   const std::string last_line = grown.out.substr(grown.out.rfind('\n', grown.out.size() - 2) + 1);
   CHECK(nlohmann::json::parse(last_line).at("steps") == 12);
+}
+
+TEST_CASE("train --task nli --backbone: heads on a frozen wedge language model, recorded by sha256, checked when used") {
+  const Folder f = snli_folder("nli_backbone");
+  // A language model on text in the classifier's vocabulary, long enough for a pair of two
+  // sentences of 16 tokens (31 positions).
+  const auto train_lm = [&](const std::string& name, std::int64_t block, std::uint64_t seed, bool own_vocab) {
+    std::string text;
+    for (int i = 0; i < 200; ++i) text += i % 3 == 0 ? "a man sits outside .\n" : "two kids play . the dog runs .\n";
+    std::ofstream(f.dir / "lm.txt") << text;
+    TrainSettings s;
+    if (own_vocab) {
+      s.corpus.data = "text";
+      s.corpus.train_file = (f.dir / "lm.txt").string();
+      s.corpus.vocab = f.vocab.string();
+    }
+    s.block = block;
+    s.batch = 8;
+    s.max_steps = 4;
+    s.json = true;
+    s.seed = seed;
+    s.out = wedge::testing::fresh_run_dir(name);
+    models::LMConfig c = wedge::testing::small_config("transformer", 8, block);
+    c.layers = 1;
+    c.seed = seed;
+    train(c, s);
+    return s.out;
+  };
+  const std::string lm = train_lm("nli_backbone_lm", 32, 1, true);
+  NliSettings s = settings_for(f);
+  s.out = wedge::testing::fresh_run_dir("nli_on_backbone");
+  s.epochs = 1;
+  s.train_pairs = 128;
+  s.backbone = lm;
+  models::NliConfig c = tiny_classifier();
+  c.max_length = 16;
+  const NliResult r = train_nli(c, s);
+  REQUIRE(r.test.count == 60);
+  const nlohmann::json config = nlohmann::json::parse(std::ifstream(s.out + "/config.json"));
+  CHECK(config["model"]["backbone_d"] == 8);
+  CHECK(config["train"]["backbone_weights"]["sha256"] == wedge::sha256_file(lm + "/best.safetensors"));
+  // Only the classifier's weights are in its checkpoints.
+  const SafeTensors best = load_safetensors(s.out + "/best.safetensors");
+  CHECK(best.tensors.count("backbone_projection.weight") == 1);
+  CHECK(best.tensors.count("token_embedding.weight") == 0);
+  CHECK(best.tensors.size() == load_nli_run(s.out).model->named_parameters().size());
+  // Loaded again (the backbone with it), it scores what the training reported.
+  const LoadedNliRun loaded = load_nli_run(s.out);
+  REQUIRE(loaded.model->backbone() != nullptr);
+  CHECK(evaluate_nli(*loaded.model, *load_nli_splits(loaded.settings, data::Tokenizer::from_file(f.vocab), 16).test, 16)
+            .report.accuracy == doctest::Approx(r.test.accuracy));
+  const wedge::testing::ShellRun evaluated =
+      wedge::testing::shell(std::string(WEDGE_CLI) + " eval --run " + s.out + " --split test --json");
+  CHECK(evaluated.status == 0);
+  // A resumed run continues on the same backbone.
+  NliSettings longer = s;
+  longer.resume = true;
+  longer.epochs = 2;
+  longer.given = {"--resume", "--out", "--epochs"};
+  CHECK(train_nli(models::NliConfig(), longer).steps == 4);
+  // What does not fit is refused by name: a backbone trained with another vocabulary, one
+  // too short for the pairs, and a backbone whose weights changed after the classifier.
+  NliSettings other = s;
+  other.out = wedge::testing::fresh_run_dir("nli_on_other");
+  other.backbone = train_lm("nli_backbone_words", 32, 1, false);  // the built-in corpus's words
+  const std::string vocab_refused = "--backbone " + other.backbone + ": the vocabulary";
+  CHECK_THROWS_WITH_AS(train_nli(c, other), doctest::Contains(vocab_refused.c_str()), std::invalid_argument);
+  other.backbone = train_lm("nli_backbone_short", 16, 1, true);
+  CHECK_THROWS_WITH_AS(train_nli(c, other), doctest::Contains("needs 31"), std::invalid_argument);
+  train_lm("nli_backbone_lm", 32, 2, true);  // the same folder, other weights
+  CHECK_THROWS_WITH_AS(load_nli_run(s.out), doctest::Contains("changed since the classifier was trained"), std::runtime_error);
 }

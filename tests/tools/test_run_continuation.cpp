@@ -186,7 +186,7 @@ TEST_CASE("--init-from: the parent's exact weights, a fresh optimizer and schedu
   const Run vocab = run("train --init-from " + parent + ":last --data text --train " + data.dir + "/new.txt --vocab " +
                         data.dir + "/vocab2.txt --max-steps 2 --out " + child + "3");
   CHECK(WEXITSTATUS(vocab.status) == 1);
-  CHECK(vocab.text().find("is not the one the parent run was trained with") != std::string::npos);
+  CHECK(vocab.text().find("is not the one that run was trained with") != std::string::npos);
   CHECK(!fs::exists(child + "3/config.json"));
   const Run missing = run("train --init-from " + data.dir + "/nothing --max-steps 2 --out " + child + "4");
   CHECK(WEXITSTATUS(missing.status) == 1);
