@@ -80,13 +80,14 @@ double peak_rss_mb() {
   return static_cast<double>(ru.ru_maxrss) / 1024.0;
 }
 
-void train_nli_task(const CLI::App* cmd, const ModelFlags& flags, const TrainSettings& st, const NliFlags& nf) {
+void train_nli_task(const CLI::App* cmd, const ModelFlags& flags, const TrainSettings& st, const NliFlags& nf,
+                    const std::string& config_file, bool print_config) {
   check_task_flags(cmd, "nli");
   if (cmd->count("--vocab-size") > 0)
     throw CLI::ValidationError("--vocab-size", "--task nli takes its vocabulary from --vocab FILE");
   if (!st.corpus.data.empty() && st.corpus.data != "snli")
     throw CLI::ValidationError("--data", "--task nli reads SNLI (give --data-dir the SNLI folder)");
-  const models::NliConfig config = nli_config(cmd, flags, nf);
+  models::NliConfig config = nli_config(cmd, flags, nf);
   NliSettings s;
   static_cast<LoopSettings&>(s) = st;  // the loop's settings as given; the task's own defaults where not
   if (cmd->count("--epochs") == 0) s.epochs = NliSettings().epochs;
@@ -97,6 +98,13 @@ void train_nli_task(const CLI::App* cmd, const ModelFlags& flags, const TrainSet
   s.train_pairs = nf.train_pairs;
   s.backbone = nf.backbone;
   s.seed = flags.values.seed;
+  if (print_config && (s.resume || !s.init_from.empty()))
+    throw CLI::ValidationError("--print-config", "shows a new run's configuration; a run's own is its config.json");
+  if (!config_file.empty()) apply_config_file(config_file, config, s, s.given);
+  if (print_config) {
+    fmt::print("{}\n", printable_config(config, s).dump(2));
+    return;
+  }
   const NliResult r = train_nli(config, s);
   // Rank 0 reports for every rank; a finished run said so.
   if (!dist::Communicator::world().is_root() || r.already_finished) return;
@@ -196,9 +204,7 @@ void register_train(CLI::App& app) {
       if (o->count() > 0 && !o->get_lnames().empty()) st->given.insert("--" + o->get_lnames().front());
     // A resumed classifier run is continued as one, --task nli given or not.
     if (nli->task == "nli" || (st->resume && is_nli_run(st->out))) {
-      for (const char* flag : {"--config", "--print-config"})
-        if (cmd->count(flag) > 0) throw CLI::ValidationError(flag, "is for language models (--task lm) for now");
-      return train_nli_task(cmd, *flags, *st, *nli);
+      return train_nli_task(cmd, *flags, *st, *nli, *config_file, *print_config);
     }
     check_task_flags(cmd, "lm");
     if (st->corpus.data == "snli") throw CLI::ValidationError("--data", "snli is read by --task nli");

@@ -23,7 +23,8 @@ std::string flag_of_key(const std::string& key) {
 }
 
 // Keys of "train" a run records about itself rather than settings to choose.
-const std::set<std::string> kRecordedOnly = {"warmup_steps", "data_sha256", "tokenizer", "vocab_sha256", "init_from"};
+const std::set<std::string> kRecordedOnly = {"warmup_steps", "data_sha256", "tokenizer", "vocab_sha256", "init_from",
+                                             "backbone_weights"};
 
 // Copies the keys of `section` of the file into `current`, except those whose flag the user
 // gave; each key must be one `known` names. Returns the flags of the keys it copied.
@@ -55,16 +56,32 @@ std::set<std::string> keys_of(const nlohmann::json& j) {
   return keys;
 }
 
-}  // namespace
-
-void apply_config_file(const std::string& path, models::LMConfig& model, TrainSettings& train, std::set<std::string>& given) {
+// The file, checked to be a configuration of `task` ("lm" | "nli").
+nlohmann::json read_config_file(const std::string& path, const std::string& task) {
   const nlohmann::json file = read_json_file(path);
   if (!file.is_object()) throw std::invalid_argument("--config " + path + ": expected a JSON object with \"model\" and \"train\"");
   for (const auto& [key, value] : file.items())
     if (key != "model" && key != "train" && key != "task")
       throw std::invalid_argument(fmt::format("--config {}: \"{}\" is not a section (expected \"model\" and \"train\")", path, key));
-  if (file.value("task", std::string("lm")) != "lm")
-    throw std::invalid_argument("--config " + path + ": a sentence-pair classifier's configuration; --config reads language-model runs");
+  const std::string theirs = file.value("task", std::string("lm"));
+  if (theirs != task)
+    throw std::invalid_argument(fmt::format("--config {}: the configuration of a {}; this is a {} run (--task {})", path,
+                                            theirs == "nli" ? "sentence-pair classifier" : "language model",
+                                            task == "nli" ? "sentence-pair classifier" : "language-model", task));
+  return file;
+}
+
+// One seed: the command line's, else the file's training seed, else its model's.
+void one_seed(const nlohmann::json& file, const std::set<std::string>& given, std::uint64_t& model_seed, std::uint64_t& train_seed) {
+  if (given.count("--seed") > 0) return;
+  if (file.contains("train") && file["train"].contains("seed")) model_seed = train_seed;
+  train_seed = model_seed;
+}
+
+}  // namespace
+
+void apply_config_file(const std::string& path, models::LMConfig& model, TrainSettings& train, std::set<std::string>& given) {
+  const nlohmann::json file = read_config_file(path, "lm");
   // The settings as the flags and defaults resolved them, with the file's values laid over.
   nlohmann::json m = model;
   std::set<std::string> train_keys = keys_of(TrainSettings{}.to_json());
@@ -80,16 +97,31 @@ void apply_config_file(const std::string& path, models::LMConfig& model, TrainSe
   }
   // One block: a training block the file sets is the model's too (as `--block` sets both).
   if (given.count("--block") == 0 && file.contains("train") && file["train"].contains("block")) model.block = train.block;
-  // One seed: the command line's, else the file's training seed, else its model's.
-  if (given.count("--seed") == 0) {
-    if (file.contains("train") && file["train"].contains("seed")) model.seed = train.seed;
-    train.seed = model.seed;
+  one_seed(file, given, model.seed, train.seed);
+  given.merge(applied);
+}
+
+void apply_config_file(const std::string& path, models::NliConfig& model, NliSettings& train, std::set<std::string>& given) {
+  const nlohmann::json file = read_config_file(path, "nli");
+  nlohmann::json m = model, t = train.to_json();
+  std::set<std::string> applied = merge(m, file, "model", keys_of(nlohmann::json(models::NliConfig{})), given, path);
+  applied.merge(merge(t, file, "train", keys_of(NliSettings{}.to_json()), given, path));
+  try {
+    model = m.get<models::NliConfig>();
+    train.read_json(t);
+  } catch (const std::exception& e) {  // a value of the wrong type
+    throw std::invalid_argument(fmt::format("--config {}: {}", path, e.what()));
   }
+  one_seed(file, given, model.seed, train.seed);
   given.merge(applied);
 }
 
 nlohmann::json printable_config(const models::LMConfig& model, const TrainSettings& train) {
   return {{"model", model}, {"train", train.to_json()}};
+}
+
+nlohmann::json printable_config(const models::NliConfig& model, const NliSettings& train) {
+  return {{"task", "nli"}, {"model", model}, {"train", train.to_json()}};
 }
 
 }  // namespace wedge::tools

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/lm.h"
+#include "tools/nli_task.h"
 #include "tools/trainer.h"
 
 namespace wedge::tools {
@@ -20,9 +21,13 @@ namespace wedge::tools {
 // resolved, except where a flag in `given` set the value. Adds to `given` the flag each
 // applied key stands for ("--lr" for train.lr), so later checks treat the file's values as
 // asked for (a --resume refuses them when they differ from the run's).
+// A classifier's configuration (`--task nli`) is refused for a language model and the
+// other way round.
 void apply_config_file(const std::string& file, models::LMConfig& model, TrainSettings& train, std::set<std::string>& given);
+void apply_config_file(const std::string& file, models::NliConfig& model, NliSettings& train, std::set<std::string>& given);
 
 // The configuration as --print-config shows it (and --config reads it back).
 nlohmann::json printable_config(const models::LMConfig& model, const TrainSettings& train);
+nlohmann::json printable_config(const models::NliConfig& model, const NliSettings& train);
 
 }  // namespace wedge::tools

@@ -95,16 +95,20 @@ nlohmann::json NliSettings::to_json() const {
   return j;
 }
 
+void NliSettings::read_json(const nlohmann::json& j) {
+  read_loop_json(j);
+  data_dir = json_field(j, "data_dir", data_dir);
+  vocab = json_field(j, "vocab", vocab);
+  protocol = json_field(j, "protocol", protocol);
+  train_pairs = json_field(j, "train_pairs", train_pairs);
+  backbone = json_field(j, "backbone", backbone);
+}
+
 NliSettings NliSettings::from_json(const nlohmann::json& j) {
-  NliSettings s;
   // Runs from before schedules, mixed precision and data parallelism: cosine, fp32, one
   // piece per process, no fixed order, no ZeRO (the defaults).
-  s.read_loop_json(j);
-  s.data_dir = json_field(j, "data_dir", s.data_dir);
-  s.vocab = json_field(j, "vocab", s.vocab);
-  s.protocol = json_field(j, "protocol", s.protocol);
-  s.train_pairs = json_field(j, "train_pairs", s.train_pairs);
-  s.backbone = json_field(j, "backbone", s.backbone);
+  NliSettings s;
+  s.read_json(j);
   return s;
 }
 
@@ -478,9 +482,13 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& given
                                                                                         : std::string("a token table of its own")));
     config.backbone_d = backbone->config().d_model;
   } else if (config.backbone_d > 0) {
-    throw std::invalid_argument(fmt::format("--init-from {}: that classifier reads the token states of a backbone language "
-                                            "model; give it with --backbone RUN",
-                                            st.init_from));
+    throw std::invalid_argument(
+        loop.parent() != nullptr
+            ? fmt::format("--init-from {}: that classifier reads the token states of a backbone language model; give it with "
+                          "--backbone RUN",
+                          st.init_from)
+            : fmt::format("model.backbone_d is {}: a classifier that reads a backbone's token states needs --backbone RUN",
+                          config.backbone_d));
   }
   config.validate();
   const auto t_load = Clock::now();

@@ -44,6 +44,8 @@ struct NliSettings : LoopSettings {
   std::string backbone;
 
   nlohmann::json to_json() const;
+  // Sets each setting to_json() names that `j` holds; the others stay as they are.
+  void read_json(const nlohmann::json& j);
   static NliSettings from_json(const nlohmann::json& j);
   // Range checks, each naming the flag, or the field of `config_file` for a resumed run.
   void validate(const std::string& config_file) const;

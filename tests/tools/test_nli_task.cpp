@@ -394,3 +394,37 @@ TEST_CASE("train --task nli --backbone: heads on a frozen wedge language model, 
   train_lm("nli_backbone_lm", 32, 2, true);  // the same folder, other weights
   CHECK_THROWS_WITH_AS(load_nli_run(s.out), doctest::Contains("changed since the classifier was trained"), std::runtime_error);
 }
+
+TEST_CASE("train --task nli --config: a classifier run's own config.json starts the same run again; --print-config") {
+  const Folder f = snli_folder("nli_config");
+  const auto run = [](const std::string& args) { return wedge::testing::shell(std::string(WEDGE_CLI) + " " + args); };
+  const std::string first = wedge::testing::fresh_run_dir("nli_config_a"), second = wedge::testing::fresh_run_dir("nli_config_b");
+  const std::string data = " --data-dir " + f.dir.string() + " --vocab " + f.vocab.string();
+  const wedge::testing::ShellRun a = run("train --task nli" + data + " --layers 1 --d-model 16 --heads 2 --d-ff 32 --lr 3e-3 "
+                                         "--batch 64 --train-pairs 128 --epochs 2 --schedule linear --seed 4 --json --out " + first);
+  REQUIRE(a.status == 0);
+  const wedge::testing::ShellRun b = run("train --task nli --config " + first + "/config.json --json --out " + second);
+  REQUIRE(b.status == 0);
+  CHECK(wedge::testing::step_losses(second) == wedge::testing::step_losses(first));
+  const nlohmann::json ours = nlohmann::json::parse(std::ifstream(second + "/config.json"));
+  CHECK(ours["train"]["schedule"] == "linear");
+  CHECK(ours["model"]["d_model"] == 16);
+  CHECK(ours["model"]["seed"] == 4);
+  // --print-config shows what would run, a flag over the file's value; it trains nothing.
+  const wedge::testing::ShellRun shown = run("train --task nli --config " + first + "/config.json --lr 1e-3 --print-config --out " +
+                                             wedge::testing::fresh_run_dir("nli_config_c"));
+  REQUIRE(shown.status == 0);
+  const nlohmann::json printed = nlohmann::json::parse(shown.out);
+  CHECK(printed["task"] == "nli");
+  CHECK(printed["train"]["lr"] == 1e-3);
+  CHECK(printed["train"]["train_pairs"] == 128);
+  // A language model's configuration is no classifier's, and a key that is no setting is named.
+  std::ofstream(first + "/lm.json") << R"({"model": {"model": "transformer"}, "train": {"lr": 0.001}})";
+  const wedge::testing::ShellRun lm = run("train --task nli" + data + " --config " + first + "/lm.json --out " + second + "_x");
+  CHECK(lm.status != 0);
+  CHECK(lm.err.find("the configuration of a language model") != std::string::npos);
+  std::ofstream(first + "/typo.json") << R"({"task": "nli", "train": {"epoch": 3}})";
+  const wedge::testing::ShellRun typo = run("train --task nli" + data + " --config " + first + "/typo.json --out " + second + "_y");
+  CHECK(typo.status != 0);
+  CHECK(typo.err.find("train.epoch is not a setting") != std::string::npos);
+}
