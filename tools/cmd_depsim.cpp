@@ -76,6 +76,35 @@ void validate(const DepsimFlags& f) {
   c.validate();  // --patch, --cover-depth
 }
 
+// One row of the scaling table: the edges of each set, and the true ones, within n tokens.
+struct ScalingRow {
+  std::int64_t n, true_edges;
+  std::vector<models::EdgeMeasure> sets;
+  models::PatchMeasure patches;
+};
+
+// `wedge depsim --plot`: every edge set's edges against n, log-log, with the true edges.
+void write_edge_plot(const std::string& path, const std::vector<Row>& rows, const std::vector<ScalingRow>& table,
+                     const models::LMConfig& mc) {
+  std::vector<Curve> curves(rows.size() + 2);
+  std::vector<std::string> labels;
+  for (const Row& r : rows) labels.push_back(r.label);
+  labels.push_back(fmt::format("SheafStateLM gluing, patch pairs (P {}, D {})", mc.patch, mc.cover_depth));
+  labels.push_back("true dependency edges G*");
+  for (const ScalingRow& s : table) {
+    for (std::size_t k = 0; k < rows.size(); ++k) curves[k].emplace_back(double(s.n), double(s.sets[k].edges));
+    curves[rows.size()].emplace_back(double(s.n), double(s.patches.pairs));
+    curves[rows.size() + 1].emplace_back(double(s.n), double(s.true_edges));
+  }
+  const double legend_top = 470;
+  std::string svg = svg_open(820, legend_top + 22.0 * double(labels.size()) + 10);
+  chart_panel(svg, 90, 40, 690, 360, "Edges each model can use vs sequence length (log-log)", curves,
+              ChartAxes{.x_label = "sequence length n (tokens)", .y_label = "edges (causal pairs s < t)", .log_x = true, .log_y = true});
+  for (std::size_t k = 0; k < labels.size(); ++k) chart_legend_entry(svg, 90, legend_top + 22.0 * double(k), k, labels[k]);
+  svg += "</svg>\n";
+  write_file_atomic(path, svg, /*durable=*/false);
+}
+
 void run_depsim(const DepsimFlags& f) {
   validate(f);
   const bool scaling = f.scaling || !f.plot.empty();
@@ -118,11 +147,6 @@ void run_depsim(const DepsimFlags& f) {
   for (const Row& r : rows) measures.push_back(models::measure(*r.set, n, targets(n), sources(n)));
   const models::PatchMeasure patches = models::measure(cover, n, targets(n), sources(n));
 
-  struct ScalingRow {
-    std::int64_t n, true_edges;
-    std::vector<models::EdgeMeasure> sets;
-    models::PatchMeasure patches;
-  };
   std::vector<ScalingRow> table;
   for (std::int64_t m : lengths) {
     ScalingRow s{m, static_cast<std::int64_t>(prefix(m)), {}, models::measure(cover, m, targets(m), sources(m))};
@@ -130,25 +154,7 @@ void run_depsim(const DepsimFlags& f) {
     table.push_back(std::move(s));
   }
 
-  if (!f.plot.empty()) {
-    std::vector<Curve> curves(rows.size() + 2);
-    std::vector<std::string> labels;
-    for (const Row& r : rows) labels.push_back(r.label);
-    labels.push_back(fmt::format("SheafStateLM gluing, patch pairs (P {}, D {})", mc.patch, mc.cover_depth));
-    labels.push_back("true dependency edges G*");
-    for (const ScalingRow& s : table) {
-      for (std::size_t k = 0; k < rows.size(); ++k) curves[k].emplace_back(double(s.n), double(s.sets[k].edges));
-      curves[rows.size()].emplace_back(double(s.n), double(s.patches.pairs));
-      curves[rows.size() + 1].emplace_back(double(s.n), double(s.true_edges));
-    }
-    const double legend_top = 470;
-    std::string svg = svg_open(820, legend_top + 22.0 * double(labels.size()) + 10);
-    chart_panel(svg, 90, 40, 690, 360, "Edges each model can use vs sequence length (log-log)", curves,
-                ChartAxes{.x_label = "sequence length n (tokens)", .y_label = "edges (causal pairs s < t)", .log_x = true, .log_y = true});
-    for (std::size_t k = 0; k < labels.size(); ++k) chart_legend_entry(svg, 90, legend_top + 22.0 * double(k), k, labels[k]);
-    svg += "</svg>\n";
-    write_file_atomic(f.plot, svg, /*durable=*/false);
-  }
+  if (!f.plot.empty()) write_edge_plot(f.plot, rows, table, mc);
 
   if (f.json) {
     nlohmann::ordered_json out;
