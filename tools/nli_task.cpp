@@ -357,7 +357,7 @@ NliSettings adopt_recorded_settings(const TrainingLoop& loop, const NliSettings&
   loop.refuse_changed(nlohmann::json{{"model", given_model}, {"train", given.to_json()}});
   NliSettings st = NliSettings::from_json(loop.recorded().at("train"));
   if (given.given.count("--data-dir") > 0) st.data_dir = given.data_dir;
-  TrainingLoop::keep_given_length(st, given);
+  TrainingLoop::keep_invocation_settings(st, given);
   st.given = given.given;
   st.validate(loop.config_path());
   return st;

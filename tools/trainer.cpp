@@ -56,7 +56,7 @@ TrainSettings adopt_recorded_settings(const TrainingLoop& loop, const TrainSetti
   if (!given.corpus.data_dir.empty()) st.corpus.data_dir = given.corpus.data_dir;
   if (!given.corpus.vocab.empty()) st.corpus.vocab = given.corpus.vocab;
   st.quiet_samples = given.quiet_samples;
-  TrainingLoop::keep_given_length(st, given);
+  TrainingLoop::keep_invocation_settings(st, given);
   st.validate(loop.config_path());
   return st;
 }

@@ -155,7 +155,7 @@ void TrainingLoop::refuse_changed(const nlohmann::json& wanted) const {
     refuse_changed_flags(given_, free, wanted, recorded_, section, config_path(), "train --resume", hint);
 }
 
-void TrainingLoop::keep_given_length(LoopSettings& st, const LoopSettings& given) {
+void TrainingLoop::keep_invocation_settings(LoopSettings& st, const LoopSettings& given) {
   if (given.given.count("--epochs") > 0) st.epochs = given.epochs;
   if (given.given.count("--max-steps") > 0) st.max_steps = given.max_steps;
   if (given.given.count("--eval-every") > 0) st.eval_every = given.eval_every;

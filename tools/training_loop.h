@@ -184,9 +184,9 @@ class TrainingLoop {
   // A resumed run's `settings` with what this invocation decides: the length and the
   // evaluation cadence when given, and how it runs now (device, threads, ZeRO, logging,
   // --stop-after, --json).
-  static void keep_given_length(LoopSettings& settings, const LoopSettings& given);
+  static void keep_invocation_settings(LoopSettings& settings, const LoopSettings& given);
 
-  // Trains `task` under `settings` (a resumed run's own, after keep_given_length). A new
+  // Trains `task` under `settings` (a resumed run's own, after keep_invocation_settings). A new
   // run begins its folder with `config` (its "train" gets "warmup_steps" and "init_from")
   // and `vocab_text`; a resumed one continues from last.safetensors.
   LoopResult run(TrainingTask& task, const LoopSettings& settings, nlohmann::json config, std::string_view vocab_text);
