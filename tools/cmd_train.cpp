@@ -45,7 +45,7 @@ void add_data_flags(CLI::App* cmd, CorpusSpec& spec) {
                   "probe: targets decided only by a dependency of known type and distance, scored by distance at every "
                   "evaluation), or omit for the built-in synthetic corpus; snli with --task nli")
       ->check(CLI::IsMember({"wikitext2", "text", "synthetic", "snli", "depsim"}));
-  cmd->add_option("--data-dir", spec.data_dir, "Directory with wiki.{train,valid,test}.raw or .tokens (WikiText-2)");
+  cmd->add_option("--data-dir", spec.data_dir, "Directory with wiki.{train,valid,test}.raw or .tokens (WikiText-2), or the SNLI folder (--task nli)");
   cmd->add_option("--train", spec.train_file,
                   "--data text: the UTF-8 text file to train on (any size; tokenized once, then cached)");
   cmd->add_option("--valid", spec.valid_file,
@@ -141,7 +141,7 @@ void register_train(CLI::App& app) {
   cmd->add_option("--backbone", nli->backbone,
                   "nli: RUN[:best|last] (default best), a language model wedge trained with the classifier's vocabulary: "
                   "the heads read its token states, frozen, instead of a token table of their own");
-  cmd->add_option("--epochs", st->epochs, "Passes over the training split")->capture_default_str();
+  cmd->add_option("--epochs", st->epochs, "Passes over the training split (--task nli: 10 unless given)")->capture_default_str();
   cmd->add_option("--batch", st->batch, "Sequences per step")->capture_default_str();
   cmd->add_option("--lr", st->lr, "Peak learning rate (AdamW; linear warm-up, then --schedule)")->capture_default_str();
   cmd->add_option("--schedule", st->schedule,
@@ -158,7 +158,8 @@ void register_train(CLI::App& app) {
   cmd->add_option("--clip", st->clip, "Clip the global gradient norm to this")->capture_default_str();
   cmd->add_option("--max-steps", st->max_steps, "Stop after this many steps in total (-1: no limit)")->capture_default_str();
   cmd->add_option("--eval-every", st->eval_every, "Also evaluate every N steps (-1: at epoch ends only)")->capture_default_str();
-  cmd->add_option("--log-every", st->log_every, "Print a progress line every N steps")->capture_default_str();
+  cmd->add_option("--log-every", st->log_every, "Print a progress line every N steps (--task nli: 50 unless given)")
+      ->capture_default_str();
   cmd->add_option("--stop-after", st->stop_after, "End this invocation after N steps with a checkpoint, as Ctrl-C would")->capture_default_str();
   cmd->add_option("--threads", st->threads, "CPU threads (0: all cores)")->capture_default_str();
   cmd->add_option("--micro-batch", st->micro_batch,
