@@ -438,6 +438,25 @@ TEST_CASE("--task nli under mpirun: 2 processes repeat one; --deterministic give
     fs::remove_all(n2);
     fs::remove_all(n4);
   }
+  {
+    // On a frozen backbone: rank 0 reads the language model and sends it to the other
+    // rank, which then computes the same token states (the same bits in the fixed order).
+    std::string text;
+    for (int i = 0; i < 100; ++i) text += "a man sits outside . two kids play .\n";
+    std::ofstream(f.dir / "lm.txt") << text;
+    const std::string lm = fresh("nli_backbone_lm");
+    const ShellRun trained = one("train --data text --train " + (f.dir / "lm.txt").string() + " --vocab " + f.vocab.string() +
+                                 " --layers 1 --d-model 8 --heads 2 --d-ff 16 --block 32 --batch 8 --max-steps 2 --json --out " + lm);
+    REQUIRE_MESSAGE(trained.status == 0, trained.text());
+    const std::string on = args + "--backbone " + lm + " --max-length 16 --micro-batch 8 --deterministic --out ";
+    const std::string n1 = fresh("nli_bb1"), n2 = fresh("nli_bb2");
+    const auto [a, b] = alone_and_on(2, on, n1, n2);
+    for (const char* name : {"/last.safetensors", "/best.safetensors"}) CHECK(differing_tensors(n1 + name, n2 + name).empty());
+    CHECK(result_of(a)["test"] == result_of(b)["test"]);
+    fs::remove_all(n1);
+    fs::remove_all(n2);
+    fs::remove_all(lm);
+  }
   fs::remove_all(f.dir);
 }
 
