@@ -55,6 +55,7 @@ Series read_run(const std::string& dir) {
       auto j = nlohmann::json::parse(cfg);
       if (j.value("task", std::string()) == "nli")
         s.label += " (nli, " + j.at("model").value("head", std::string("?")) +
+                   (j.at("model").value("backbone_d", std::int64_t{0}) > 0 ? ", on a frozen LM" : "") +
                    (j.at("model").value("hypothesis_only", false) ? ", hypothesis only)" : ")");
       else
         s.label += " (" + j.at("model").value("model", std::string("?")) + ")";

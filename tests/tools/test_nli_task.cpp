@@ -376,6 +376,11 @@ TEST_CASE("train --task nli --backbone: heads on a frozen wedge language model, 
   const wedge::testing::ShellRun evaluated =
       wedge::testing::shell(std::string(WEDGE_CLI) + " eval --run " + s.out + " --split test --json");
   CHECK(evaluated.status == 0);
+  // wedge plot says which runs read a backbone.
+  write_curves_svg({s.out}, s.out + "/curves.svg");
+  std::ifstream svg(s.out + "/curves.svg");
+  const std::string drawn((std::istreambuf_iterator<char>(svg)), std::istreambuf_iterator<char>());
+  CHECK(drawn.find("nli, transformer, on a frozen LM") != std::string::npos);
   // A resumed run continues on the same backbone.
   NliSettings longer = s;
   longer.resume = true;
