@@ -176,9 +176,9 @@ namespace {
 
 // The state of one invocation of a run: the optimizer, the gradient's way over the ranks,
 // the schedule, the counters a checkpoint keeps, and the losses not read yet.
-class Session {
+class Invocation {
  public:
-  Session(TrainingLoop& loop, TrainingTask& task, const LoopSettings& st)
+  Invocation(TrainingLoop& loop, TrainingTask& task, const LoopSettings& st)
       : loop_(loop), task_(task), st_(st), comm_(loop.comm()), run_(loop.folder()), device_(Device::parse(st.device)),
         plan_(PiecePlan::make(st.batch, st.micro_batch, st.deterministic, comm_, st.resume ? loop.config_path() : "")),
         opt_(make_adamw(task.model(), st.lr, st.weight_decay)),
@@ -238,7 +238,7 @@ class Session {
   bool interrupted_ = false;
 };
 
-bool Session::start(nlohmann::json config, std::string_view vocab_text) {
+bool Invocation::start(nlohmann::json config, std::string_view vocab_text) {
   // The warm-up in steps, fixed when the run began: a resumed run that grows keeps it, and
   // its schedule stretches over the new length.
   warmup_ = resolve_warmup(st_.warmup, total_steps_);
@@ -314,7 +314,7 @@ bool Session::start(nlohmann::json config, std::string_view vocab_text) {
   return true;
 }
 
-void Session::save_checkpoint(const std::string& name, bool with_optimizer) {
+void Invocation::save_checkpoint(const std::string& name, bool with_optimizer) {
   // Every rank takes part: under ZeRO-1 each holds a shard of the optimizer's moments.
   std::map<std::string, Tensor> moments = with_optimizer ? sync_.gather_moments() : std::map<std::string, Tensor>{};
   if (run_ == nullptr) return;  // rank 0 writes the run's checkpoints
@@ -332,7 +332,7 @@ void Session::save_checkpoint(const std::string& name, bool with_optimizer) {
   run_->save_checkpoint(name, tensors, meta, step_);
 }
 
-void Session::evaluate(std::int64_t epoch) {
+void Invocation::evaluate(std::int64_t epoch) {
   TaskEvaluation ev = task_.evaluate({step_, epoch, loop_.last_good()});
   last_score_ = ev.score;
   const bool best = task_.higher_is_better() ? ev.score > best_ : ev.score < best_;
@@ -349,7 +349,7 @@ void Session::evaluate(std::int64_t epoch) {
   save_checkpoint("last.safetensors", true);
 }
 
-void Session::flush_losses() {
+void Invocation::flush_losses() {
   for (const PendingLoss& p : pending_) {
     loss_value_ = p.loss.defined() ? p.loss.item() : 0.0;
     // The batch's loss: the sum of the ranks' parts.
@@ -367,7 +367,7 @@ void Session::flush_losses() {
 
 // One step: the batch's pieces (forward, loss and backward each), their gradient summed over
 // the pieces and ranks, clipped, the AdamW update.
-void Session::step() {
+void Invocation::step() {
   epoch_ = step_ / per_epoch_;
   const auto t0 = Clock::now();
   const std::uint64_t flops0 = ops::matmul_flops();
@@ -401,7 +401,7 @@ void Session::step() {
   ++run_steps_;
 }
 
-void Session::log_progress(double lr) {
+void Invocation::log_progress(double lr) {
   const double tps = window_tokens_ / std::max(window_time_, 1e-9);
   const double eta = static_cast<double>(total_steps_ - step_) * (run_time_ / static_cast<double>(run_steps_));
   const double gflops = window_flops_ / std::max(window_time_, 1e-9) / 1e9;
@@ -416,7 +416,7 @@ void Session::log_progress(double lr) {
   window_comm_from_ = sync_.comm_seconds();
 }
 
-void Session::train() {
+void Invocation::train() {
   epoch_ = step_ / per_epoch_;
   loop_.say(fmt::format("training: {} steps ({} per epoch), batch {}, lr {} (warm-up {}, then {}{}), AdamW wd {}", total_steps_,
                         per_epoch_, task_.batch_description(), st_.lr, warmup_, st_.schedule,
@@ -455,7 +455,7 @@ void Session::train() {
   }
 }
 
-LoopResult Session::result() const {
+LoopResult Invocation::result() const {
   LoopResult r;
   r.steps = step_;
   r.final_loss = loss_value_;
@@ -477,14 +477,14 @@ LoopResult Session::result() const {
 
 LoopResult TrainingLoop::run(TrainingTask& task, const LoopSettings& settings, nlohmann::json config,
                              std::string_view vocab_text) {
-  Session session(*this, task, settings);
-  if (!session.start(std::move(config), vocab_text)) {
-    LoopResult done = session.result();
+  Invocation invocation(*this, task, settings);
+  if (!invocation.start(std::move(config), vocab_text)) {
+    LoopResult done = invocation.result();
     done.already_finished = true;
     return done;
   }
-  session.train();
-  return session.result();
+  invocation.train();
+  return invocation.result();
 }
 
 }  // namespace wedge::tools
