@@ -98,8 +98,6 @@ void train_nli_task(const CLI::App* cmd, const ModelFlags& flags, const TrainSet
   s.train_pairs = nf.train_pairs;
   s.backbone = nf.backbone;
   s.seed = flags.values.seed;
-  if (print_config && (s.resume || !s.init_from.empty()))
-    throw CLI::ValidationError("--print-config", "shows a new run's configuration; a run's own is its config.json");
   if (!config_file.empty()) apply_config_file(config_file, config, s, s.given);
   if (print_config) {
     fmt::print("{}\n", printable_config(config, s).dump(2));
@@ -203,6 +201,8 @@ void register_train(CLI::App& app) {
   cmd->callback([flags, st, nli, cmd, config_file, print_config] {
     for (const CLI::Option* o : cmd->get_options())
       if (o->count() > 0 && !o->get_lnames().empty()) st->given.insert("--" + o->get_lnames().front());
+    if (*print_config && (st->resume || !st->init_from.empty()))
+      throw CLI::ValidationError("--print-config", "shows a new run's configuration; a run's own is its config.json");
     // A resumed classifier run is continued as one, --task nli given or not.
     if (nli->task == "nli" || (st->resume && is_nli_run(st->out))) {
       return train_nli_task(cmd, *flags, *st, *nli, *config_file, *print_config);
@@ -215,8 +215,6 @@ void register_train(CLI::App& app) {
       for (const char* flag : {"--train", "--valid", "--test"})
         if (cmd->count(flag) > 0) throw CLI::ValidationError(flag, "is for --data text only");
     if (flags->no_mix_out_proj) cfg.mix_out_proj = false;
-    if (*print_config && (st->resume || !st->init_from.empty()))
-      throw CLI::ValidationError("--print-config", "shows a new run's configuration; a run's own is its config.json");
     if (!config_file->empty()) apply_config_file(*config_file, cfg, *st, st->given);
     // A setting the user chose: on the command line or in --config.
     const auto chosen = [&](const char* flag) { return st->given.count(flag) > 0; };

@@ -363,25 +363,6 @@ NliSettings adopt_recorded_settings(const TrainingLoop& loop, const NliSettings&
   return st;
 }
 
-// The classifier's config: a resumed run's own, a parent's sizes, or the one given.
-models::NliConfig run_model_config(TrainingLoop& loop, const models::NliConfig& given, const NliSettings& st) {
-  models::NliConfig config = given;
-  const std::string source = st.resume ? loop.config_path() : loop.parent() ? loop.parent()->dir + "/config.json" : "";
-  // The parent's sizes, or the error naming the flag that contradicts them.
-  const nlohmann::json from_parent =
-      loop.parent() != nullptr ? loop.parent()->model_config(nlohmann::json(given), st.given) : nlohmann::json();
-  try {
-    if (st.resume) config = loop.recorded().at("model").get<models::NliConfig>();
-    if (loop.parent() != nullptr) {
-      config = from_parent.get<models::NliConfig>();
-      config.seed = given.seed;
-    }
-  } catch (const std::exception& e) {
-    throw std::runtime_error(fmt::format("{}: cannot read {}: {}", st.resume ? "train --resume" : "--init-from", source, e.what()));
-  }
-  return config;
-}
-
 // The best checkpoint on the test split, beside the majority class; into `result` and metrics.jsonl.
 void report_test(TrainingLoop& loop, models::NliModel& model, const NliSplits& splits, const NliSettings& st,
                  const NliTask& task, std::int64_t best_step, NliResult& result) {
@@ -403,6 +384,47 @@ void report_test(TrainingLoop& loop, models::NliModel& model, const NliSplits& s
   }
   loop.say(fmt::format("test (epoch {}): {}", result.best_epoch, report_line(result.test)));
   loop.say(fmt::format("test, majority class: {}", report_line(result.majority)));
+}
+
+// The backbone a classifier run recorded in config.json ("backbone_weights"): that
+// checkpoint again, refused when its sha256 changed.
+std::shared_ptr<models::LanguageModel> open_recorded_backbone(const nlohmann::json& recorded, const std::string& run_dir,
+                                                              const TextCodec& codec, const std::string& vocab_name, Device device,
+                                                              const dist::Communicator* comm, nlohmann::json& record) {
+  auto model = open_backbone(recorded.at("run").get<std::string>() + ":" + recorded.at("checkpoint").get<std::string>(), codec,
+                             vocab_name, device, comm, record);
+  if (record.at("sha256") != recorded.at("sha256"))
+    throw std::runtime_error(fmt::format("the backbone {} of {} changed since the classifier was trained (its sha256 differs "
+                                         "from {}/config.json: train.backbone_weights.sha256)",
+                                         record.at("file").get<std::string>(), run_dir, run_dir));
+  return model;
+}
+
+// --backbone: the language model whose token states replace the token table (null without
+// one); sets config.backbone_d to its width. A resumed run reads the checkpoint it began
+// with; a fine-tune keeps its parent's kind of input.
+std::shared_ptr<models::LanguageModel> run_backbone(const TrainingLoop& loop, const NliSettings& st, const TextCodec& codec,
+                                                    Device device, models::NliConfig& config, nlohmann::json& record) {
+  if (st.backbone.empty()) {
+    if (config.backbone_d == 0) return nullptr;
+    throw std::invalid_argument(
+        loop.parent() != nullptr
+            ? fmt::format("--init-from {}: that classifier reads the token states of a backbone language model; give it with "
+                          "--backbone RUN",
+                          st.init_from)
+            : fmt::format("model.backbone_d is {}: a classifier that reads a backbone's token states needs --backbone RUN",
+                          config.backbone_d));
+  }
+  const nlohmann::json recorded = st.resume ? loop.recorded().at("train").value("backbone_weights", nlohmann::json()) : nlohmann::json();
+  auto backbone = recorded.is_object() ? open_recorded_backbone(recorded, st.out, codec, st.vocab, device, &loop.comm(), record)
+                                       : open_backbone(st.backbone, codec, st.vocab, device, &loop.comm(), record);
+  if (loop.parent() != nullptr && config.backbone_d != backbone->config().d_model)
+    throw std::invalid_argument(fmt::format("--backbone {}: {} reads {}; a run started from another keeps its inputs", st.backbone,
+                                            loop.parent()->dir,
+                                            config.backbone_d > 0 ? fmt::format("token states {} wide", config.backbone_d)
+                                                                  : std::string("a token table of its own")));
+  config.backbone_d = backbone->config().d_model;
+  return backbone;
 }
 
 }  // namespace
@@ -438,13 +460,11 @@ std::shared_ptr<models::LanguageModel> open_backbone(const std::string& arg, con
 }
 
 void NliSettings::validate(const std::string& config_file) const {
-  auto name = [&](const char* flag) {
-    return config_file.empty() ? std::string(flag) : fmt::format("{}: train.{}", config_file, flag + 2);
-  };
-  validate_loop(name);
+  validate_loop(config_file);
   if (data_dir.empty() && !resume) throw std::invalid_argument("--task nli needs --data-dir DIR (the SNLI folder)");
   if (train_pairs == 0 || train_pairs < -1)
-    throw std::invalid_argument(fmt::format("{} is {}; it must be -1 (all) or at least 1", name("--train-pairs"), train_pairs));
+    throw std::invalid_argument(fmt::format("{} is {}; it must be -1 (all) or at least 1",
+                                            setting_name(config_file, "--train-pairs"), train_pairs));
 }
 
 NliResult train_nli(const models::NliConfig& config_in, const NliSettings& given) {
@@ -457,39 +477,14 @@ NliResult train_nli(const models::NliConfig& config_in, const NliSettings& given
     if (!path->empty()) *path = fs::absolute(*path).lexically_normal().string();
   // A resumed run reads text through its own copy of the vocabulary.
   const TextCodec codec = st.resume ? run_codec(st.out, loop.recorded().at("train")) : wordpiece_codec(st.vocab);
-  models::NliConfig config = run_model_config(loop, config_in, st);
+  models::NliConfig config = loop.model_config(config_in);
+  if (loop.parent() != nullptr) config.seed = config_in.seed;  // a fine-tune's own seed
   if (loop.parent() != nullptr) loop.parent()->check_vocabulary(codec, st.vocab);
   config.vocab_size = codec.tokenizer->vocab().size();
-  // --backbone: the language model's token states in place of a token table. A resumed run
-  // reads the very checkpoint it began with (its sha256 checked).
   const Device device = Device::parse(st.device);
   choose_gpu_of_rank(loop.comm(), device);
-  std::shared_ptr<models::LanguageModel> backbone;
   nlohmann::json backbone_record;
-  const nlohmann::json recorded_backbone = st.resume ? loop.recorded().at("train").value("backbone_weights", nlohmann::json()) : nlohmann::json();
-  if (!st.backbone.empty()) {
-    const std::string arg = recorded_backbone.is_object()
-                                ? recorded_backbone.at("run").get<std::string>() + ":" + recorded_backbone.at("checkpoint").get<std::string>()
-                                : st.backbone;
-    backbone = open_backbone(arg, codec, st.vocab, device, &loop.comm(), backbone_record);
-    if (recorded_backbone.is_object() && backbone_record.at("sha256") != recorded_backbone.at("sha256"))
-      throw std::runtime_error(fmt::format("train --resume: the backbone {} is not the checkpoint {} was trained on (its sha256 "
-                                           "differs from {}: train.backbone_weights.sha256)",
-                                           backbone_record.at("file").get<std::string>(), st.out, loop.config_path()));
-    if (loop.parent() != nullptr && config.backbone_d != backbone->config().d_model)
-      throw std::invalid_argument(fmt::format("--backbone {}: {} reads {}; a run started from another keeps its inputs", st.backbone,
-                                              loop.parent()->dir, config.backbone_d > 0 ? fmt::format("token states {} wide", config.backbone_d)
-                                                                                        : std::string("a token table of its own")));
-    config.backbone_d = backbone->config().d_model;
-  } else if (config.backbone_d > 0) {
-    throw std::invalid_argument(
-        loop.parent() != nullptr
-            ? fmt::format("--init-from {}: that classifier reads the token states of a backbone language model; give it with "
-                          "--backbone RUN",
-                          st.init_from)
-            : fmt::format("model.backbone_d is {}: a classifier that reads a backbone's token states needs --backbone RUN",
-                          config.backbone_d));
-  }
+  const std::shared_ptr<models::LanguageModel> backbone = run_backbone(loop, st, codec, device, config, backbone_record);
   config.validate();
   const auto t_load = Clock::now();
   const NliSplits splits = load_nli_splits(st, *codec.tokenizer, static_cast<std::size_t>(config.max_length));
@@ -581,12 +576,7 @@ LoadedNliRun load_nli_run(const std::string& run_dir, const std::string& which, 
       throw std::runtime_error(config_path + ": the classifier reads a backbone's token states, but train.backbone_weights "
                                              "or the run's vocab.txt is missing");
     nlohmann::json now;
-    r.model->attach_backbone(open_backbone(recorded.at("run").get<std::string>() + ":" + recorded.at("checkpoint").get<std::string>(),
-                                           *codec, r.settings.vocab, device, nullptr, now));
-    if (now.at("sha256") != recorded.at("sha256"))
-      throw std::runtime_error(fmt::format("the backbone {} of {} changed since the classifier was trained (its sha256 differs "
-                                           "from {}: train.backbone_weights.sha256)",
-                                           now.at("file").get<std::string>(), run_dir, config_path));
+    r.model->attach_backbone(open_recorded_backbone(recorded, run_dir, *codec, r.settings.vocab, device, nullptr, now));
   }
   return r;
 }

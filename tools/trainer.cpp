@@ -65,16 +65,7 @@ TrainSettings adopt_recorded_settings(const TrainingLoop& loop, const TrainSetti
 // may differ from them), or the one given; its vocabulary and positions from the corpus.
 models::LMConfig run_model_config(TrainingLoop& loop, const models::LMConfig& given, const TrainSettings& st,
                                   const Corpus& corpus) {
-  models::LMConfig config = given;
-  const std::string source = st.resume ? loop.config_path() : loop.parent() ? loop.parent()->dir + "/config.json" : "";
-  // The parent's sizes, or the error naming the flag that contradicts them.
-  const nlohmann::json from_parent = loop.parent() != nullptr ? loop.parent()->model_config(given, st.given) : nlohmann::json();
-  try {
-    if (st.resume) config = loop.recorded().at("model").get<models::LMConfig>();
-    if (loop.parent() != nullptr) config = from_parent.get<models::LMConfig>();
-  } catch (const std::exception& e) {
-    throw std::runtime_error(fmt::format("{}: cannot read {}: {}", st.resume ? "train --resume" : "--init-from", source, e.what()));
-  }
+  models::LMConfig config = loop.model_config(given);
   config.vocab_size = corpus.vocab_size;
   if (!st.resume) {
     if (loop.parent() == nullptr) config.block = std::max(config.block, st.block);  // a parent's position table is what it is
@@ -86,7 +77,7 @@ models::LMConfig run_model_config(TrainingLoop& loop, const models::LMConfig& gi
     config.validate();
   } catch (const std::invalid_argument& e) {
     if (!st.resume) throw;
-    throw std::invalid_argument(source + ": " + e.what());
+    throw std::invalid_argument(loop.config_path() + ": " + e.what());
   }
   return config;
 }
@@ -94,12 +85,9 @@ models::LMConfig run_model_config(TrainingLoop& loop, const models::LMConfig& gi
 }  // namespace
 
 void TrainSettings::validate(const std::string& config_file) const {
-  // Each setting is named as the user gave it: a flag, or a field of a resumed run's config.
-  auto name = [&](const char* flag) {
-    return config_file.empty() ? std::string(flag) : fmt::format("{}: train.{}", config_file, flag + 2);
-  };
-  validate_loop(name);
-  if (block < 2) throw std::invalid_argument(fmt::format("{} is {}; it must be at least 2", name("--block"), block));
+  validate_loop(config_file);
+  if (block < 2)
+    throw std::invalid_argument(fmt::format("{} is {}; it must be at least 2", setting_name(config_file, "--block"), block));
 }
 
 TrainResult train(const models::LMConfig& config_in, const TrainSettings& settings_in) {

@@ -65,7 +65,12 @@ void LoopSettings::read_loop_json(const nlohmann::json& j) {
   precision = json_field(j, "precision", precision);
 }
 
-void LoopSettings::validate_loop(const std::function<std::string(const char*)>& name) const {
+std::string LoopSettings::setting_name(const std::string& config_file, const char* flag) {
+  return config_file.empty() ? std::string(flag) : fmt::format("{}: train.{}", config_file, flag + 2);
+}
+
+void LoopSettings::validate_loop(const std::string& config_file) const {
+  const auto name = [&](const char* flag) { return setting_name(config_file, flag); };
   auto bad = [&](const char* flag, const std::string& allowed, const auto& value) {
     throw std::invalid_argument(fmt::format("{} is {}; it must be {}", name(flag), value, allowed));
   };
@@ -155,6 +160,18 @@ void TrainingLoop::refuse_changed(const nlohmann::json& wanted) const {
     refuse_changed_flags(given_, free, wanted, recorded_, section, config_path(), "train --resume", hint);
 }
 
+nlohmann::json TrainingLoop::model_config_json(const nlohmann::json& given) const {
+  if (!recorded_.is_null()) return recorded_.at("model");
+  if (parent_) return parent_->model_config(given, given_);
+  return given;
+}
+
+std::string TrainingLoop::model_config_error(const std::string& what) const {
+  if (!recorded_.is_null()) return fmt::format("train --resume: cannot read {}: {}", config_path(), what);
+  if (parent_) return fmt::format("--init-from: cannot read {}/config.json: {}", parent_->dir, what);
+  return what;
+}
+
 void TrainingLoop::keep_invocation_settings(LoopSettings& st, const LoopSettings& given) {
   if (given.given.count("--epochs") > 0) st.epochs = given.epochs;
   if (given.given.count("--max-steps") > 0) st.max_steps = given.max_steps;
@@ -200,7 +217,7 @@ class Invocation {
  private:
   void save_checkpoint(const std::string& name, bool with_optimizer);
   void evaluate(std::int64_t epoch);
-  void step();
+  double step();  // returns the step's learning rate
   void flush_losses();
   void log_progress(double lr);
 
@@ -367,7 +384,7 @@ void Invocation::flush_losses() {
 
 // One step: the batch's pieces (forward, loss and backward each), their gradient summed over
 // the pieces and ranks, clipped, the AdamW update.
-void Invocation::step() {
+double Invocation::step() {
   epoch_ = step_ / per_epoch_;
   const auto t0 = Clock::now();
   const std::uint64_t flops0 = ops::matmul_flops();
@@ -399,6 +416,7 @@ void Invocation::step() {
   run_tokens_ += static_cast<double>(batch.tokens);
   run_time_ += dt;
   ++run_steps_;
+  return lr;
 }
 
 void Invocation::log_progress(double lr) {
@@ -434,8 +452,7 @@ void Invocation::train() {
   InterruptScope sigint;
   const bool defer_loss_reads = !device_.is_cpu();
   while (step_ < total_steps_) {
-    const double lr = sched_.at(step_);
-    step();
+    const double lr = step();
     const bool epoch_end = step_ % per_epoch_ == 0;
     const bool periodic = st_.eval_every > 0 && step_ % st_.eval_every == 0;
     // The ranks stop together: a Ctrl-C that reached one of them stops them all.

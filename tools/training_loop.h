@@ -80,9 +80,11 @@ struct LoopSettings {
   void write_loop_json(nlohmann::json& j) const;
   // Sets each of those keys that `j` holds; the others stay as they are.
   void read_loop_json(const nlohmann::json& j);
-  // Range checks, std::invalid_argument naming each setting as `name` says it was given
-  // (a flag, or a field of a resumed run's config.json).
-  void validate_loop(const std::function<std::string(const char*)>& name) const;
+  // How an error names a setting: the flag ("--lr"), or for a resumed run the field of its
+  // config.json ("RUN/config.json: train.lr").
+  static std::string setting_name(const std::string& config_file, const char* flag);
+  // Range checks, std::invalid_argument naming each setting by setting_name.
+  void validate_loop(const std::string& config_file) const;
 };
 
 // How a step's batch is cut among the pieces and ranks, handed to the task with each piece.
@@ -170,6 +172,7 @@ class TrainingLoop {
   std::string config_path() const { return out_ + "/config.json"; }
   // The parent of --init-from, or null.
   ParentRun* parent() { return parent_ ? &*parent_ : nullptr; }
+  const ParentRun* parent() const { return parent_ ? &*parent_ : nullptr; }
   // Rank 0's run folder; null on the other ranks.
   RunFolder* folder() { return run_ ? &*run_ : nullptr; }
   // One progress line on rank 0 (stderr under --json).
@@ -181,6 +184,16 @@ class TrainingLoop {
   // instead. Free: where the data files are now (their token ids are checked once read),
   // the length (checked once the step is known), and what does not change the arithmetic.
   void refuse_changed(const nlohmann::json& wanted) const;
+  // The run's model configuration: a resumed run's own, a parent's sizes (a size flag given
+  // that contradicts them refused by name; the regularisation flags as given), else `given`.
+  template <typename Config> Config model_config(const Config& given) const {
+    const nlohmann::json j = model_config_json(nlohmann::json(given));
+    try {
+      return j.template get<Config>();
+    } catch (const std::exception& e) {
+      throw std::runtime_error(model_config_error(e.what()));
+    }
+  }
   // A resumed run's `settings` with what this invocation decides: the length and the
   // evaluation cadence when given, and how it runs now (device, threads, ZeRO, logging,
   // --stop-after, --json).
@@ -192,6 +205,9 @@ class TrainingLoop {
   LoopResult run(TrainingTask& task, const LoopSettings& settings, nlohmann::json config, std::string_view vocab_text);
 
  private:
+  nlohmann::json model_config_json(const nlohmann::json& given) const;
+  std::string model_config_error(const std::string& what) const;
+
   const dist::Communicator& comm_;
   std::string out_, task_;
   bool json_ = false;
