@@ -203,6 +203,19 @@ void expect_same_bits(const std::vector<T>& a, const std::vector<T>& b, const st
   CHECK_MESSAGE(bitwise_equal(a, b), what << ": two runs differ (the kernel is not deterministic)");
 }
 
+namespace {
+OutputDigests* recording = nullptr;
+}  // namespace
+
+void OutputDigests::add(const std::string& kernel, const void* data, std::size_t bytes) {
+  std::uint64_t h = by_kernel.emplace(kernel, 14695981039346656037ull).first->second;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  by_kernel[kernel] = h;
+}
+
+void record_outputs(OutputDigests* digests) { recording = digests; }
+
 bool avx512_available() {
   if (!cpu::has_avx512()) MESSAGE("this CPU has no AVX-512: AVX-512 kernel tests skipped");
   return cpu::has_avx512();
@@ -248,6 +261,7 @@ struct Suite {
     REQUIRE_MESSAGE(t != nullptr, "no tolerance written for " << kernel_name(kernel) << " " << output);
     const bool f64 = std::is_same_v<T, double> && t->f64, cpu = backend.family == Family::cpu && t->cpu;
     const Bound& b = f64 ? *t->f64 : cpu ? *t->cpu : t->bound;
+    if (recording != nullptr) recording->add(std::string(kernel_name(kernel)), got.data(), got.size() * sizeof(float));
     expect_close(got, expected, b.atol + b.per_term * terms, b.rtol, backend.name + ": " + what);
     if (b.bits) {
       CHECK_MESSAGE(bitwise_equal(got, expected), backend.name << ": " << what << ": not the reference's bits");

@@ -7,7 +7,9 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -46,6 +48,17 @@ struct GemmLayout {
   i64 a_size, b_size, c_size;  // elements of one matrix of A, B, C
 };
 GemmLayout gemm_layout(Trans ta, Trans tb, const GemmShape& shape, i64 batch, i64 pad);
+
+// A fingerprint of every output the checks compare, per kernel (FNV-1a over the outputs'
+// bytes in the order the checks produce them): what a CPU tier computes on the harness's
+// shapes, so a change that should not alter a kernel's results (a rewrite of its source)
+// can be shown not to. Between record_outputs(&d) and record_outputs(nullptr), every
+// output a check compares with the reference is folded into d under its kernel's name.
+struct OutputDigests {
+  std::map<std::string, std::uint64_t> by_kernel;
+  void add(const std::string& kernel, const void* data, std::size_t bytes);
+};
+void record_outputs(OutputDigests* digests);
 
 // |actual - expected| <= atol + rtol |expected| everywhere (NaN only where expected is NaN,
 // infinities must match); reports the worst element.

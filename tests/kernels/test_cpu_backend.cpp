@@ -6,7 +6,11 @@
 // edge inside small matrices, the thread counts that pick each path of the driver, and
 // the OpenBLAS backend.
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <iomanip>
 #include <limits>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -78,22 +82,25 @@ TEST_CASE("cpu table: the entries engine/kernels.def marks avx512 are the AVX-51
   CHECK(with_avx2 >= 2);  // attention, forward and backward
 }
 
-TEST_CASE("cpu AVX2 kernels match the reference, also on a CPU with AVX-512 (where the table does not run them)") {
-  if (!cpu::has_avx2()) {
-    MESSAGE("this CPU has no AVX2: the AVX2 kernels' tests skipped");
-    return;
-  }
-  if (!cpu::has_avx512()) return;  // the CPU table is this one: the backend harness runs it
-  // The table of a CPU with AVX2 but not AVX-512: the reference with the `avx512_avx2`
-  // entries' AVX2 kernels over it (the GEMM is the CPU table's own, checked elsewhere).
-  KernelTable<float> t = ref_table_f32();
-  std::vector<KernelId> avx2_kernels;
+namespace {
+
+// One SIMD tier of the CPU table: the reference with the kernels of one instruction set
+// written over the entries engine/kernels.def gives that set, and the list of those
+// entries. The GEMM is the CPU table's own (its micro-kernels are checked below).
+struct CpuTier {
+  const char* name;
+  KernelTable<float> table;
+  std::vector<KernelId> kernels;
+};
+
+CpuTier avx2_tier() {
+  CpuTier tier{"avx2", ref_table_f32(), {}};
 #define WEDGE_CPU_AVX2_ref(name)
 #define WEDGE_CPU_AVX2_own(name)
 #define WEDGE_CPU_AVX2_avx512(name)
 #define WEDGE_CPU_AVX2_avx512_avx2(name) \
-  t.name = &cpu::avx2::name;             \
-  avx2_kernels.push_back(KernelId::name);
+  tier.table.name = &cpu::avx2::name;    \
+  tier.kernels.push_back(KernelId::name);
 #define WEDGE_KERNEL(name, cpu, params) WEDGE_CPU_AVX2_##cpu(name)
 #include "engine/kernels.def"
 #undef WEDGE_KERNEL
@@ -101,10 +108,64 @@ TEST_CASE("cpu AVX2 kernels match the reference, also on a CPU with AVX-512 (whe
 #undef WEDGE_CPU_AVX2_avx512
 #undef WEDGE_CPU_AVX2_own
 #undef WEDGE_CPU_AVX2_ref
-  t.gemm = cpu_table_f32().gemm;
-  HostMemory host;
-  run_kernel_checks(Backend<float>{"CPU (avx2 kernels)", Family::cpu, &t, &cpu_memory_table(), &host, Sizes::large},
-                    avx2_kernels);
+  tier.table.gemm = cpu_table_f32().gemm;
+  return tier;
+}
+
+CpuTier avx512_tier() {
+  CpuTier tier{"avx512", ref_table_f32(), {}};
+#define WEDGE_CPU_AVX512_ref(name)
+#define WEDGE_CPU_AVX512_own(name)
+#define WEDGE_CPU_AVX512_avx512(name)     \
+  tier.table.name = &cpu::avx512::name; \
+  tier.kernels.push_back(KernelId::name);
+#define WEDGE_CPU_AVX512_avx512_avx2(name) WEDGE_CPU_AVX512_avx512(name)
+#define WEDGE_KERNEL(name, cpu, params) WEDGE_CPU_AVX512_##cpu(name)
+#include "engine/kernels.def"
+#undef WEDGE_KERNEL
+#undef WEDGE_CPU_AVX512_avx512_avx2
+#undef WEDGE_CPU_AVX512_avx512
+#undef WEDGE_CPU_AVX512_own
+#undef WEDGE_CPU_AVX512_ref
+  tier.table.gemm = cpu_table_f32().gemm;
+  return tier;
+}
+
+}  // namespace
+
+// Every tier the CPU can execute is checked here, not only the one the CPU table picks:
+// on a CPU with AVX-512 the AVX2 kernels would otherwise run only on other machines. (The
+// bf16 GEMM paths, AVX-512-BF16 and AMX, are checked tier by tier in test_cpu_bf16.cpp.)
+// With WEDGE_TIER_DIGESTS=FILE the outputs of each tier's kernels are fingerprinted
+// (OutputDigests) and written to FILE, one "tier kernel digest" line each: a rewrite of a
+// kernel's source that must not change its results is checked by comparing two such files.
+TEST_CASE("cpu: every SIMD tier this CPU can execute matches the reference on awkward shapes") {
+  std::vector<CpuTier> tiers;
+  if (cpu::has_avx2()) tiers.push_back(avx2_tier());
+  else MESSAGE("this CPU has no AVX2: the AVX2 kernels' tests skipped");
+  if (cpu::has_avx512()) tiers.push_back(avx512_tier());
+  else MESSAGE("this CPU has no AVX-512: the AVX-512 kernels' tests skipped");
+  const char* digest_file = std::getenv("WEDGE_TIER_DIGESTS");
+  std::ostringstream digests;
+  for (const CpuTier& tier : tiers) {
+    CHECK(tier.kernels.size() > 10);
+    OutputDigests d;
+    record_outputs(&d);
+    HostMemory host;
+    run_kernel_checks(Backend<float>{std::string("CPU (") + tier.name + " kernels)", Family::cpu, &tier.table,
+                                     &cpu_memory_table(), &host, Sizes::large},
+                      tier.kernels);
+    record_outputs(nullptr);
+    for (const auto& [kernel, digest] : d.by_kernel) {
+      digests << tier.name << " " << kernel << " " << std::hex << std::setw(16) << std::setfill('0') << digest
+              << std::dec << "\n";
+    }
+  }
+  if (digest_file != nullptr) {
+    std::ofstream out(digest_file);
+    out << digests.str();
+    REQUIRE_MESSAGE(out.good(), "WEDGE_TIER_DIGESTS: cannot write " << digest_file);
+  }
 }
 
 TEST_CASE("cpu axis sums equal the reference bit for bit (the same order of additions)") {
