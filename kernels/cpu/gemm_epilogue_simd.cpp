@@ -1,45 +1,46 @@
 // The backward of the GEMM epilogue (a linear layer's bias and GELU), one pass over gy:
 //   gh = gy * gelu'(h)  (GELU only),   gbias[j] = sum over rows of gh[., j].
-// The threads own column blocks of 128 (8 vectors of accumulators that stay in registers)
-// and walk every row in order, so each column is summed in increasing row order whatever
-// the thread count: bit-identical across runs and thread counts.
+// The threads own column blocks of 8 vectors (128 columns at 16 lanes, 64 at 8), whose
+// accumulators stay in registers, and walk every row in order, so each column is summed in
+// increasing row order whatever the thread count: bit-identical across runs and thread
+// counts. One source for both widths (simd.h).
+#include "kernels/cpu/simd.h"
+
 #include <algorithm>
 
 #include "engine/thread_pool.h"
 #include "kernels/cpu/isa.h"
-#include "kernels/cpu/simd_avx512.h"
 
-namespace wedge::kernels::cpu::avx512 {
+namespace wedge::kernels::cpu::WEDGE_SIMD_ISA {
 
 namespace {
 
 constexpr int kBlockVectors = 8;
-constexpr i64 kBlockColumns = 16 * kBlockVectors;
+constexpr i64 kBlockColumns = kLanes * kBlockVectors;
 
 template <bool kGelu, bool kSum>
-void column_block(const float* aux, const float* gy, i64 rows, i64 n, i64 col0, float* gh,
-                  float* gbias) {
+void column_block(const float* aux, const float* gy, i64 rows, i64 n, i64 col0, float* gh, float* gbias) {
   const i64 width = std::min(kBlockColumns, n - col0);
-  __mmask16 mask[kBlockVectors];
-  for (int v = 0; v < kBlockVectors; ++v) mask[v] = first_lanes(width - 16 * v);
-  __m512 acc[kBlockVectors];
-  for (int v = 0; v < kBlockVectors; ++v) acc[v] = _mm512_setzero_ps();
+  vf acc[kBlockVectors];
+  for (int v = 0; v < kBlockVectors; ++v) acc[v] = zero();
   for (i64 i = 0; i < rows; ++i) {
     const i64 at = i * n + col0;
 #pragma GCC unroll 8
     for (int v = 0; v < kBlockVectors; ++v) {
-      if (mask[v] == 0) break;
-      __m512 g = _mm512_maskz_loadu_ps(mask[v], gy + at + 16 * v);
-      if constexpr (kGelu) {
-        g = _mm512_mul_ps(g, gelu_derivative_ps(_mm512_maskz_loadu_ps(mask[v], aux + at + 16 * v)));
-        _mm512_mask_storeu_ps(gh + at + 16 * v, mask[v], g);
+      // The partial vector at the end of a row neither reads nor writes the columns past n.
+      const i64 left = width - kLanes * v;
+      if (left <= 0) break;
+      vf g = load_first(gy + at + kLanes * v, left);
+      if constexpr (kGelu) {  // (without GELU, aux and gh may be null: no offsets from them)
+        g = mul(g, gelu_derivative(load_first(aux + at + kLanes * v, left)));
+        store_first(gh + at + kLanes * v, left, g);
       }
-      if constexpr (kSum) acc[v] = _mm512_add_ps(acc[v], g);
+      if constexpr (kSum) acc[v] = add(acc[v], g);
     }
   }
   if constexpr (kSum) {
-    for (int v = 0; v < kBlockVectors; ++v)
-      if (mask[v] != 0) _mm512_mask_storeu_ps(gbias + col0 + 16 * v, mask[v], acc[v]);
+    for (int v = 0; v < kBlockVectors && width - kLanes * v > 0; ++v)
+      store_first(gbias + col0 + kLanes * v, width - kLanes * v, acc[v]);
   }
 }
 
@@ -65,4 +66,4 @@ void bias_act_backward(Activation act, const float* aux, const float* gy, i64 ro
   });
 }
 
-}  // namespace wedge::kernels::cpu::avx512
+}  // namespace wedge::kernels::cpu::WEDGE_SIMD_ISA
