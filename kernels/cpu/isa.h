@@ -21,38 +21,26 @@ void sgemm_selected(const GemmArgs<float>& args);
 // "wedge gemm (avx512 14x32)" or "openblas gemm": what sgemm_selected calls for a backend.
 const char* gemm_description(GemmBackend backend);
 
-// ---- AVX-512 kernels: every entry of engine/kernels.def marked `avx512`, with the
-// signature written there for T = float, defined in kernels/cpu/<family>_avx512.cpp.
+// ---- SIMD kernels: every entry of engine/kernels.def marked `simd`, with the signature
+// written there for T = float, in two instruction sets: cpu::avx512 (16 lanes) and
+// cpu::avx2 (8 lanes, for CPUs with AVX2 but not AVX-512). Each family's are defined by
+// kernels/cpu/<family>_simd.cpp compiled for each width (the attention kernels:
+// attention_avx512.cpp and attention_avx2.cpp).
+#define WEDGE_CPU_DECLARE_ref(name, params)
+#define WEDGE_CPU_DECLARE_own(name, params)
+#define WEDGE_CPU_DECLARE_simd(name, params) void name params;
+#define WEDGE_KERNEL(name, cpu, params) WEDGE_CPU_DECLARE_##cpu(name, params)
 namespace avx512 {
 using T = float;
-#define WEDGE_CPU_DECLARE_ref(name, params)
-#define WEDGE_CPU_DECLARE_own(name, params)
-#define WEDGE_CPU_DECLARE_avx512(name, params) void name params;
-#define WEDGE_CPU_DECLARE_avx512_avx2(name, params) void name params;
-#define WEDGE_KERNEL(name, cpu, params) WEDGE_CPU_DECLARE_##cpu(name, params)
 #include "engine/kernels.def"
-#undef WEDGE_KERNEL
-#undef WEDGE_CPU_DECLARE_avx512_avx2
-#undef WEDGE_CPU_DECLARE_avx512
-#undef WEDGE_CPU_DECLARE_own
-#undef WEDGE_CPU_DECLARE_ref
 }  // namespace avx512
-
-// ---- AVX2 kernels: the entries marked `avx512_avx2`, for CPUs with AVX2 but not AVX-512,
-// defined in kernels/cpu/<family>_avx2.cpp.
 namespace avx2 {
 using T = float;
-#define WEDGE_CPU_DECLARE_ref(name, params)
-#define WEDGE_CPU_DECLARE_own(name, params)
-#define WEDGE_CPU_DECLARE_avx512(name, params)
-#define WEDGE_CPU_DECLARE_avx512_avx2(name, params) void name params;
-#define WEDGE_KERNEL(name, cpu, params) WEDGE_CPU_DECLARE_##cpu(name, params)
 #include "engine/kernels.def"
+}  // namespace avx2
 #undef WEDGE_KERNEL
-#undef WEDGE_CPU_DECLARE_avx512_avx2
-#undef WEDGE_CPU_DECLARE_avx512
+#undef WEDGE_CPU_DECLARE_simd
 #undef WEDGE_CPU_DECLARE_own
 #undef WEDGE_CPU_DECLARE_ref
-}  // namespace avx2
 
 }  // namespace wedge::kernels::cpu

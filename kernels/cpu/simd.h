@@ -95,6 +95,7 @@ inline vmask less(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
 inline vmask greater_equal(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
 inline vmask greater(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
 inline vmask equal(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
+inline vmask unordered(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q); }  // either is NaN
 // m's lanes from if_true, the others from if_false.
 inline vf select(vmask m, vf if_true, vf if_false) { return _mm512_mask_blend_ps(m, if_false, if_true); }
 inline vf keep(vmask m, vf a) { return _mm512_maskz_mov_ps(m, a); }  // a in m's lanes, 0 elsewhere
@@ -240,6 +241,7 @@ inline vmask less(vf a, vf b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
 inline vmask greater_equal(vf a, vf b) { return _mm256_cmp_ps(a, b, _CMP_GE_OQ); }
 inline vmask greater(vf a, vf b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
 inline vmask equal(vf a, vf b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
+inline vmask unordered(vf a, vf b) { return _mm256_cmp_ps(a, b, _CMP_UNORD_Q); }
 inline vf select(vmask m, vf if_true, vf if_false) { return _mm256_blendv_ps(if_false, if_true, m); }
 inline vf keep(vmask m, vf a) { return _mm256_and_ps(m, a); }
 

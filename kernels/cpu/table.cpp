@@ -3,7 +3,6 @@
 #include <string>
 
 #include "kernels/cpu/cpu.h"
-#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/isa.h"
 
 namespace wedge::kernels {
@@ -14,21 +13,18 @@ KernelTable<float> make_cpu_table_f32() {
   KernelTable<float> t = ref_table_f32();
   // gemm is `own`: wedge's packed GEMM or OpenBLAS, per gemm_backend().
   t.gemm = cpu::sgemm_selected;
-  // Every entry engine/kernels.def marks `avx512` or `avx512_avx2`, when the CPU has
-  // AVX-512; else the `avx512_avx2` ones' AVX2 kernels, when it has AVX2.
+  // Every entry engine/kernels.def marks `simd`: its AVX-512 kernel when the CPU has
+  // AVX-512, else its AVX2 kernel when it has AVX2.
   const bool avx512 = cpu::has_avx512(), avx2 = !avx512 && cpu::has_avx2();
 #define WEDGE_CPU_OVERRIDE_ref(name)
 #define WEDGE_CPU_OVERRIDE_own(name)
-#define WEDGE_CPU_OVERRIDE_avx512(name) \
-  if (avx512) t.name = cpu::avx512::name;
-#define WEDGE_CPU_OVERRIDE_avx512_avx2(name) \
-  if (avx512) t.name = cpu::avx512::name;    \
+#define WEDGE_CPU_OVERRIDE_simd(name)        \
+  if (avx512) t.name = cpu::avx512::name; \
   if (avx2) t.name = cpu::avx2::name;
 #define WEDGE_KERNEL(name, cpu, params) WEDGE_CPU_OVERRIDE_##cpu(name)
 #include "engine/kernels.def"
 #undef WEDGE_KERNEL
-#undef WEDGE_CPU_OVERRIDE_avx512_avx2
-#undef WEDGE_CPU_OVERRIDE_avx512
+#undef WEDGE_CPU_OVERRIDE_simd
 #undef WEDGE_CPU_OVERRIDE_own
 #undef WEDGE_CPU_OVERRIDE_ref
   return t;
