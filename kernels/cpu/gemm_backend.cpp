@@ -25,9 +25,27 @@ namespace wedge::kernels {
 
 namespace cpu {
 
+namespace {
+// The environment variable WEDGE_CPU_ISA=avx512|avx2|scalar caps the instruction set the
+// kernels use (read once; unset or "native": all the CPU has), so a machine with AVX-512
+// runs, and times, the tables an AVX2-only or an older CPU would run. 2: AVX-512 (and the
+// bf16 and AMX paths), 1: AVX2, 0: none.
+int isa_cap() {
+  static const int cap = [] {
+    const char* v = std::getenv("WEDGE_CPU_ISA");
+    if (v == nullptr || *v == '\0' || strcasecmp(v, "native") == 0 || strcasecmp(v, "avx512") == 0) return 2;
+    if (strcasecmp(v, "avx2") == 0) return 1;
+    if (strcasecmp(v, "scalar") == 0) return 0;
+    std::fprintf(stderr, "wedge: WEDGE_CPU_ISA=%s ignored (expected avx512, avx2, scalar or native)\n", v);
+    return 2;
+  }();
+  return cap;
+}
+}  // namespace
+
 bool has_avx512() {
   // The *_avx512.cpp files are compiled with F, BW, DQ and VL: require all four.
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+  static const bool yes = isa_cap() >= 2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512dq") &&
                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2") &&
                           __builtin_cpu_supports("fma");
@@ -35,7 +53,7 @@ bool has_avx512() {
 }
 
 bool has_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool yes = isa_cap() >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return yes;
 }
 
@@ -54,7 +72,8 @@ bool has_avx512_bf16() {
 }
 
 bool cpu_reports_amx_bf16() {
-  static const bool yes = cpuid_leaf7_bit(0, 3, 22) && cpuid_leaf7_bit(0, 3, 24);  // leaf 7.0 EDX: AMX-BF16, AMX-TILE
+  // leaf 7.0 EDX: AMX-BF16, AMX-TILE
+  static const bool yes = isa_cap() >= 2 && cpuid_leaf7_bit(0, 3, 22) && cpuid_leaf7_bit(0, 3, 24);
   return yes;
 }
 

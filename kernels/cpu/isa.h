@@ -6,14 +6,14 @@
 
 namespace wedge::kernels::cpu {
 
-// True when the CPU (and OS) support the instruction sets the *_avx512.cpp / *_avx2.cpp
-// files are compiled for.
+// True when the CPU (and OS) support the instruction sets the AVX-512 / AVX2 kernels are
+// compiled for, and WEDGE_CPU_ISA=avx2|scalar does not rule them out (gemm_backend.cpp).
 bool has_avx512();
 bool has_avx2();
 // AVX-512 (as above) with the BF16 extension.
 bool has_avx512_bf16();
 // The CPU reports AMX-TILE and AMX-BF16 (cpuid; whether Linux grants the tile state is
-// amx_usable's question, gemm.h).
+// amx_usable's question, gemm.h), and WEDGE_CPU_ISA does not cap it below AVX-512.
 bool cpu_reports_amx_bf16();
 
 // The float32 gemm entry of the CPU table: wedge's or OpenBLAS's, per gemm_backend().
