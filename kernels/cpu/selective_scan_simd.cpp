@@ -1,26 +1,33 @@
-// The selective scan for CPUs with AVX2 but not AVX-512: selective_scan_avx512.cpp on 8
-// lanes, the same steps in the same order (kernels/ref/selective_scan.cpp has the math and
-// the derivation of the backward). The 8 lanes of a vector are 8 channels d, so one
-// token's update of one state index n is a handful of vector instructions with B_t[n] and
-// C_t[n] broadcast, and y_t = sum_n C_t[n] h[n] needs no horizontal sum. Threads split the
-// (batch, segment) pairs, which share nothing in the forward.
+// The selective scan (kernels/ref/selective_scan.cpp has the math and the derivation of
+// the backward); one source for both widths (simd.h). The kLanes lanes of a vector are
+// kLanes channels d, so one token's update of one state index n is a handful of vector
+// instructions with B_t[n] and C_t[n] broadcast, and y_t = sum_n C_t[n] h[n] needs no
+// horizontal sum. Threads split the (batch, segment) pairs, which share nothing in the
+// forward.
 //
 // The output gate (z given): the forward multiplies each output vector by silu(z) before
 // storing it; the backward turns gy into the gradient of the ungated output the same way
 // and rebuilds that output (C . h + Dskip u, from the states it recomputes) for gz.
 //
-// Memory layout, as in the AVX-512 file: each pair first packs its segment's rows (read
-// sequentially) into per-thread scratch laid out [block][token][8], runs every block from
-// there, and unpacks its outputs the same way, so a channel block does not wait on a fresh
-// cache miss for every token (consecutive tokens are D floats apart in place).
+// Memory layout. A channel block reads kLanes floats per token from each (B, L, D)
+// tensor, and consecutive tokens are D floats apart: read in place, every such read is a
+// fresh cache miss that the hardware prefetchers do not anticipate, and the scan waits on
+// memory. So each pair first packs its segment's rows (read sequentially, one row after
+// the other) into per-thread scratch laid out [block][token][kLanes], runs every block
+// from there, and unpacks its outputs the same way.
 //
 // The backward keeps no per-token state: each (batch, segment) recomputes its P states
-// and their decays exp(dt A) from h0 into a per-thread buffer. Sums that cross pairs
-// (gA_log, gDskip, gdelta_bias) are not combined by threads: the pairs are cut into a
-// fixed number of groups of consecutive pairs (a function of the shape only), each group
-// sums its pairs in order into its own partial, and a second pass adds the partials in
-// group order, so the result does not depend on the thread count. Sums over channels
-// within a pair (gB, gC) stay in that pair's thread.
+// (and their decays exp(dt A), so the exponential is evaluated once) from h0 into a
+// per-thread buffer of (2P + 1) x N x kLanes floats per channel block. Sums that cross
+// pairs (gA_log, gDskip, gdelta_bias: over batch and tokens) are not combined by threads:
+// the pairs are cut into a fixed number of groups of consecutive pairs (a function of the
+// shape only), each group sums its pairs in order into its own partial, and a second
+// pass adds the partials in group order, so the result does not depend on the thread
+// count. Sums over channels within a pair (gB, gC) stay in that pair's thread: per lane,
+// then one horizontal sum of the kLanes lane sums, so gB and gC (and only they) depend on
+// the width.
+#include "kernels/cpu/simd.h"
+
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -28,16 +35,13 @@
 #include "engine/thread_pool.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/scratch.h"
-#include "kernels/cpu/simd_avx2.h"
 
-namespace wedge::kernels::cpu::avx2 {
+namespace wedge::kernels::cpu::WEDGE_SIMD_ISA {
 namespace {
 
-constexpr i64 kLanes = 8;
-
-// The channel blocks of 8, with A = -exp(A_log) transposed so that the 8 channels of one
-// state index n are contiguous: At[(block * N + n) * 8 + lane]. A is kept finite (at
-// -FLT_MAX at worst), so a step size of 0 gives exp(0 * A) = 1, never 0 * inf.
+// The channel blocks of kLanes, with A = -exp(A_log) transposed so that the kLanes
+// channels of one state index n are contiguous: At[(block * N + n) * kLanes + lane]. A is
+// kept finite (at -FLT_MAX at worst), so a step size of 0 gives exp(0 * A) = 1, never 0 * inf.
 struct ChannelBlocks {
   i64 D, N, count;
   const float* At;
@@ -56,8 +60,8 @@ ChannelBlocks transpose_A(const float* A_log, i64 D, i64 N, ScratchBuffer& buffe
   return {D, N, count, At};
 }
 
-// Moves the N states of 8 channels between the (..., D, N) layout of h0 / h_last and the
-// lane layout h[n * 8 + lane].
+// Moves the N states of kLanes channels between the (..., D, N) layout of h0 / h_last and
+// the lane layout h[n * kLanes + lane].
 void gather_states(const float* src, i64 D, i64 N, i64 d0, float* h) {
   for (i64 n = 0; n < N; ++n)
     for (i64 lane = 0; lane < kLanes; ++lane) h[n * kLanes + lane] = d0 + lane < D ? src[(d0 + lane) * N + n] : 0.0f;
@@ -67,18 +71,16 @@ void scatter_states(const float* h, i64 D, i64 N, i64 d0, float* dst) {
     for (i64 lane = 0; lane < kLanes && d0 + lane < D; ++lane) dst[(d0 + lane) * N + n] = h[n * kLanes + lane];
 }
 
-__m256 load_or_zero(const float* p, i64 offset, i64 valid) {
-  return p != nullptr ? load_first(p + offset, valid) : _mm256_setzero_ps();
-}
+vf load_or_zero(const float* p, i64 offset, i64 valid) { return p != nullptr ? load_first(p + offset, valid) : zero(); }
 
 // The rows [t0, t1) of batch b of a (batch, L, D) tensor <-> the packed layout
-// packed[(block * P + k) * 8 + lane] (k = t - t0; the lanes past D are zeros).
+// packed[(block * P + k) * kLanes + lane] (k = t - t0; the lanes past D are zeros).
 void pack_rows(const float* src, const ScanArgs<float>& a, const ChannelBlocks& cb, i64 b, i64 t0, i64 t1,
                float* packed) {
   for (i64 t = t0; t < t1; ++t) {
     const float* row = src + (b * a.L + t) * a.D;
     for (i64 block = 0; block < cb.count; ++block)
-      _mm256_store_ps(packed + (block * a.P + t - t0) * kLanes, load_first(row + block * kLanes, cb.valid(block)));
+      store_aligned(packed + (block * a.P + t - t0) * kLanes, load_first(row + block * kLanes, cb.valid(block)));
   }
 }
 void unpack_rows(const float* packed, const ScanArgs<float>& a, const ChannelBlocks& cb, i64 b, i64 t0, i64 t1,
@@ -86,7 +88,7 @@ void unpack_rows(const float* packed, const ScanArgs<float>& a, const ChannelBlo
   for (i64 t = t0; t < t1; ++t) {
     float* row = dst + (b * a.L + t) * a.D;
     for (i64 block = 0; block < cb.count; ++block)
-      store_first(row + block * kLanes, cb.valid(block), _mm256_load_ps(packed + (block * a.P + t - t0) * kLanes));
+      store_first(row + block * kLanes, cb.valid(block), load_aligned(packed + (block * a.P + t - t0) * kLanes));
   }
 }
 
@@ -108,45 +110,44 @@ Packed packed_buffers(ScratchBuffer& buffer, const ScanArgs<float>& a, const Cha
 
 // The inputs of one token for one channel block.
 struct Token {
-  __m256 pre, dt, u;  // delta + delta_bias, softplus of it, u
+  vf pre, dt, u;  // delta + delta_bias, softplus of it, u
 };
-Token load_token(const float* u, const float* delta, __m256 bias, i64 k) {
+Token load_token(const float* u, const float* delta, vf bias, i64 k) {
   Token tok;
-  tok.pre = _mm256_add_ps(_mm256_load_ps(delta + k * kLanes), bias);
-  tok.dt = softplus8(tok.pre);
-  tok.u = _mm256_load_ps(u + k * kLanes);
+  tok.pre = add(load_aligned(delta + k * kLanes), bias);
+  tok.dt = softplus(tok.pre);
+  tok.u = load_aligned(u + k * kLanes);
   return tok;
 }
 
 // Runs `len` tokens of one channel block from the states h (lane layout), updating h.
 // u, delta (and y, z) point at the block's packed rows; bias is the block's delta bias.
 // When y is not null it writes y (times silu(z) when z is not null, the output gate); when
-// states is not null it stores the state after every token, states[(k + 1) * N * 8 ...]
-// for token k, and that token's decays exp(dt A) in decays[k * N * 8 ...], so the backward
-// need not evaluate the exponential again.
-void scan_block(const ScanArgs<float>& a, const float* A_block, __m256 bias, __m256 Dskip, i64 b, i64 t0, i64 len,
+// states is not null it stores the state after every token, states[(k + 1) * N * kLanes ...]
+// for token k, and that token's decays exp(dt A) in decays[k * N * kLanes ...], so the
+// backward need not evaluate the exponential again.
+void scan_block(const ScanArgs<float>& a, const float* A_block, vf bias, vf Dskip, i64 b, i64 t0, i64 len,
                 const float* u, const float* delta, const float* z, float* h, float* y, float* states,
                 float* decays) {
   const i64 N = a.N;
   for (i64 k = 0; k < len; ++k) {
     const Token tok = load_token(u, delta, bias, k);
-    const __m256 dtu = _mm256_mul_ps(tok.dt, tok.u);
+    const vf dtu = mul(tok.dt, tok.u);
     const float* Bt = a.B + (b * a.L + t0 + k) * N;
     const float* Ct = a.C + (b * a.L + t0 + k) * N;
-    __m256 out = _mm256_mul_ps(Dskip, tok.u);
+    vf out = mul(Dskip, tok.u);
     for (i64 n = 0; n < N; ++n) {
-      const __m256 decay = exp8(_mm256_mul_ps(tok.dt, _mm256_load_ps(A_block + n * kLanes)));
-      const __m256 hn =
-          _mm256_fmadd_ps(decay, _mm256_load_ps(h + n * kLanes), _mm256_mul_ps(dtu, _mm256_set1_ps(Bt[n])));
-      _mm256_store_ps(h + n * kLanes, hn);
-      out = _mm256_fmadd_ps(_mm256_set1_ps(Ct[n]), hn, out);
+      const vf decay = exp(mul(tok.dt, load_aligned(A_block + n * kLanes)));
+      const vf hn = fmadd(decay, load_aligned(h + n * kLanes), mul(dtu, set1(Bt[n])));
+      store_aligned(h + n * kLanes, hn);
+      out = fmadd(set1(Ct[n]), hn, out);
       if (states != nullptr) {
-        _mm256_store_ps(states + ((k + 1) * N + n) * kLanes, hn);
-        _mm256_store_ps(decays + (k * N + n) * kLanes, decay);
+        store_aligned(states + ((k + 1) * N + n) * kLanes, hn);
+        store_aligned(decays + (k * N + n) * kLanes, decay);
       }
     }
-    if (z != nullptr) out = _mm256_mul_ps(out, silu8(_mm256_load_ps(z + k * kLanes)));
-    if (y != nullptr) _mm256_store_ps(y + k * kLanes, out);
+    if (z != nullptr) out = mul(out, silu(load_aligned(z + k * kLanes)));
+    if (y != nullptr) store_aligned(y + k * kLanes, out);
   }
 }
 
@@ -193,7 +194,8 @@ void selective_scan_backward(const ScanArgs<float>& a, const float* gy, const fl
   const i64 S = a.segments(), N = a.N, D = a.D, P = a.P, pairs = a.batch * S;
   thread_local ScratchBuffer a_buffer, partial_buffer;
   const ChannelBlocks cb = transpose_A(a.A_log, D, N, a_buffer);
-  // Per group, in lane layout: gA (count x N x 8), then gDskip and gdelta_bias (count x 8).
+  // Per group, in lane layout: gA (count x N x kLanes), then gDskip and gdelta_bias
+  // (count x kLanes).
   const i64 group_size = (pairs + kMaxGroups - 1) / kMaxGroups, groups = (pairs + group_size - 1) / group_size;
   const i64 partial_size = cb.count * (N + 2) * kLanes;
   float* partials = partial_buffer.get(static_cast<std::size_t>((groups + 1) * partial_size));
@@ -201,7 +203,8 @@ void selective_scan_backward(const ScanArgs<float>& a, const float* gy, const fl
 
   parallel_for(0, groups, 1, [&](i64 g0, i64 g1) {
     thread_local ScratchBuffer buffer, pack_buffer;
-    // states (P + 1) x N x 8 | decays P x N x 8 | gh N x 8 | gB, gC lane sums P x N x 8 each
+    // states (P + 1) x N x kLanes | decays P x N x kLanes | gh N x kLanes |
+    // gB, gC lane sums P x N x kLanes each
     float* states = buffer.get(static_cast<std::size_t>(((P + 1) * N + P * N + N + 2 * P * N) * kLanes));
     float* decays = states + (P + 1) * N * kLanes;
     float* gh = decays + P * N * kLanes;
@@ -221,7 +224,7 @@ void selective_scan_backward(const ScanArgs<float>& a, const float* gy, const fl
         for (i64 block = 0; block < cb.count; ++block) {
           const i64 d0 = block * kLanes, at = block * P * kLanes, valid = cb.valid(block);
           const float* A_block = cb.At + block * N * kLanes;
-          const __m256 bias = load_or_zero(a.delta_bias, d0, valid), Dskip = load_or_zero(a.Dskip, d0, valid);
+          const vf bias = load_or_zero(a.delta_bias, d0, valid), Dskip = load_or_zero(a.Dskip, d0, valid);
           const float *u = pk.u + at, *delta = pk.delta + at, *gyb = pk.gy + at, *zb = pk.z + at;
           if (a.h0 != nullptr) gather_states(a.h0 + pair * D * N, D, N, d0, states);
           else std::fill(states, states + N * kLanes, 0.0f);
@@ -231,20 +234,20 @@ void selective_scan_backward(const ScanArgs<float>& a, const float* gy, const fl
           if (g_h_last != nullptr) gather_states(g_h_last + pair * D * N, D, N, d0, gh);
           else std::fill(gh, gh + N * kLanes, 0.0f);
           float* gA = partial + block * N * kLanes;
-          __m256 gDskip = _mm256_setzero_ps(), gbias = _mm256_setzero_ps();
+          vf gDskip = zero(), gbias = zero();
           for (i64 k = len - 1; k >= 0; --k) {
             const Token tok = load_token(u, delta, bias, k);
             // gyt: the gradient of the ungated output o = C . h + Dskip u (gy silu(z) when
             // gated); o itself is rebuilt below, for gz = gy o silu'(z).
-            const __m256 gy_out = _mm256_load_ps(gyb + k * kLanes);
-            const __m256 zk = gated ? _mm256_load_ps(zb + k * kLanes) : _mm256_setzero_ps();
-            const __m256 gyt = gated ? _mm256_mul_ps(gy_out, silu8(zk)) : gy_out;
-            __m256 ungated = _mm256_mul_ps(Dskip, tok.u);
-            const __m256 dtu = _mm256_mul_ps(tok.dt, tok.u);
-            gDskip = _mm256_fmadd_ps(gyt, tok.u, gDskip);
+            const vf gy_out = load_aligned(gyb + k * kLanes);
+            const vf zk = gated ? load_aligned(zb + k * kLanes) : zero();
+            const vf gyt = gated ? mul(gy_out, silu(zk)) : gy_out;
+            vf ungated = mul(Dskip, tok.u);
+            const vf dtu = mul(tok.dt, tok.u);
+            gDskip = fmadd(gyt, tok.u, gDskip);
             // gu = gy Dskip + dt Σ_n gh_n B_n and gdt = u Σ_n gh_n B_n + Σ_n g_decay_n A_n:
             // two independent sums over n, so no chain of dependent FMAs runs through it.
-            __m256 sum_gB = _mm256_setzero_ps(), sum_gA = _mm256_setzero_ps();
+            vf sum_gB = zero(), sum_gA = zero();
             const float* Bt = a.B + (b * a.L + t0 + k) * N;
             const float* Ct = a.C + (b * a.L + t0 + k) * N;
             const float* decay_k = decays + k * N * kLanes;
@@ -254,31 +257,28 @@ void selective_scan_backward(const ScanArgs<float>& a, const float* gy, const fl
             float* gC_k = gC_lanes + k * N * kLanes;
             for (i64 n = 0; n < N; ++n) {
               const i64 o = n * kLanes;
-              const __m256 decay = _mm256_load_ps(decay_k + o), after = _mm256_load_ps(after_k + o);
-              if (gated) ungated = _mm256_fmadd_ps(_mm256_set1_ps(Ct[n]), after, ungated);
-              _mm256_store_ps(gC_k + o, _mm256_fmadd_ps(gyt, after, _mm256_load_ps(gC_k + o)));
-              const __m256 ghn = _mm256_fmadd_ps(_mm256_set1_ps(Ct[n]), gyt, _mm256_load_ps(gh + o));
-              const __m256 g_decay = _mm256_mul_ps(_mm256_mul_ps(ghn, _mm256_load_ps(before_k + o)), decay);
-              sum_gA = _mm256_fmadd_ps(g_decay, _mm256_load_ps(A_block + o), sum_gA);
-              sum_gB = _mm256_fmadd_ps(ghn, _mm256_set1_ps(Bt[n]), sum_gB);
-              _mm256_store_ps(gA + o, _mm256_fmadd_ps(g_decay, tok.dt, _mm256_load_ps(gA + o)));
-              _mm256_store_ps(gB_k + o, _mm256_fmadd_ps(ghn, dtu, _mm256_load_ps(gB_k + o)));
-              _mm256_store_ps(gh + o, _mm256_mul_ps(ghn, decay));
+              const vf decay = load_aligned(decay_k + o), after = load_aligned(after_k + o);
+              if (gated) ungated = fmadd(set1(Ct[n]), after, ungated);
+              store_aligned(gC_k + o, fmadd(gyt, after, load_aligned(gC_k + o)));
+              const vf ghn = fmadd(set1(Ct[n]), gyt, load_aligned(gh + o));
+              const vf g_decay = mul(mul(ghn, load_aligned(before_k + o)), decay);
+              sum_gA = fmadd(g_decay, load_aligned(A_block + o), sum_gA);
+              sum_gB = fmadd(ghn, set1(Bt[n]), sum_gB);
+              store_aligned(gA + o, fmadd(g_decay, tok.dt, load_aligned(gA + o)));
+              store_aligned(gB_k + o, fmadd(ghn, dtu, load_aligned(gB_k + o)));
+              store_aligned(gh + o, mul(ghn, decay));
             }
-            const __m256 gdt = _mm256_fmadd_ps(tok.u, sum_gB, sum_gA);
-            const __m256 gdelta = _mm256_mul_ps(gdt, sigmoid8(tok.pre));
-            gbias = _mm256_add_ps(gbias, gdelta);
-            _mm256_store_ps(pk.gdelta + at + k * kLanes, gdelta);
-            if (gated)
-              _mm256_store_ps(pk.gz + at + k * kLanes,
-                              _mm256_mul_ps(_mm256_mul_ps(gy_out, ungated), silu_derivative8(zk)));
-            _mm256_store_ps(pk.gu + at + k * kLanes, _mm256_fmadd_ps(tok.dt, sum_gB, _mm256_mul_ps(gyt, Dskip)));
+            const vf gdt = fmadd(tok.u, sum_gB, sum_gA);
+            const vf gdelta = mul(gdt, sigmoid(tok.pre));
+            gbias = add(gbias, gdelta);
+            store_aligned(pk.gdelta + at + k * kLanes, gdelta);
+            if (gated) store_aligned(pk.gz + at + k * kLanes, mul(mul(gy_out, ungated), silu_derivative(zk)));
+            store_aligned(pk.gu + at + k * kLanes, fmadd(tok.dt, sum_gB, mul(gyt, Dskip)));
           }
           if (g.h0 != nullptr) scatter_states(gh, D, N, d0, g.h0 + pair * D * N);
           float* sums = partial + cb.count * N * kLanes;
-          _mm256_store_ps(sums + d0, _mm256_add_ps(_mm256_load_ps(sums + d0), gDskip));
-          _mm256_store_ps(sums + cb.count * kLanes + d0,
-                          _mm256_add_ps(_mm256_load_ps(sums + cb.count * kLanes + d0), gbias));
+          store_aligned(sums + d0, add(load_aligned(sums + d0), gDskip));
+          store_aligned(sums + cb.count * kLanes + d0, add(load_aligned(sums + cb.count * kLanes + d0), gbias));
         }
         if (g.delta != nullptr) unpack_rows(pk.gdelta, a, cb, b, t0, t1, g.delta);
         if (g.u != nullptr) unpack_rows(pk.gu, a, cb, b, t0, t1, g.u);
@@ -287,8 +287,8 @@ void selective_scan_backward(const ScanArgs<float>& a, const float* gy, const fl
         for (i64 k = 0; k < len; ++k)
           for (i64 n = 0; n < N; ++n) {
             const i64 slot = (k * N + n) * kLanes, j = (b * a.L + t0 + k) * N + n;
-            if (g.B != nullptr) g.B[j] = hsum8(_mm256_load_ps(gB_lanes + slot));
-            if (g.C != nullptr) g.C[j] = hsum8(_mm256_load_ps(gC_lanes + slot));
+            if (g.B != nullptr) g.B[j] = hsum(load_aligned(gB_lanes + slot));
+            if (g.C != nullptr) g.C[j] = hsum(load_aligned(gC_lanes + slot));
           }
       }
     }
@@ -298,10 +298,9 @@ void selective_scan_backward(const ScanArgs<float>& a, const float* gy, const fl
   float* totals = partials + groups * partial_size;
   parallel_for(0, partial_size / kLanes, 16, [&](i64 c0, i64 c1) {
     for (i64 c = c0 * kLanes; c < c1 * kLanes; c += kLanes) {
-      __m256 sum = _mm256_setzero_ps();
-      for (i64 group = 0; group < groups; ++group)
-        sum = _mm256_add_ps(sum, _mm256_load_ps(partials + group * partial_size + c));
-      _mm256_store_ps(totals + c, sum);
+      vf sum = zero();
+      for (i64 group = 0; group < groups; ++group) sum = add(sum, load_aligned(partials + group * partial_size + c));
+      store_aligned(totals + c, sum);
     }
   });
   for (i64 block = 0; block < cb.count; ++block) {
@@ -309,14 +308,14 @@ void selective_scan_backward(const ScanArgs<float>& a, const float* gy, const fl
     if (g.A_log != nullptr) {  // gA_log = gA * A, lane by lane
       float* gA = totals + block * N * kLanes;
       for (i64 n = 0; n < N; ++n)
-        _mm256_store_ps(gA + n * kLanes, _mm256_mul_ps(_mm256_load_ps(gA + n * kLanes),
-                                                       _mm256_load_ps(cb.At + (block * N + n) * kLanes)));
+        store_aligned(gA + n * kLanes,
+                      mul(load_aligned(gA + n * kLanes), load_aligned(cb.At + (block * N + n) * kLanes)));
       scatter_states(gA, D, N, d0, g.A_log);
     }
     const float* sums = totals + cb.count * N * kLanes;
-    if (g.Dskip != nullptr) store_first(g.Dskip + d0, valid, _mm256_load_ps(sums + d0));
-    if (g.delta_bias != nullptr) store_first(g.delta_bias + d0, valid, _mm256_load_ps(sums + cb.count * kLanes + d0));
+    if (g.Dskip != nullptr) store_first(g.Dskip + d0, valid, load_aligned(sums + d0));
+    if (g.delta_bias != nullptr) store_first(g.delta_bias + d0, valid, load_aligned(sums + cb.count * kLanes + d0));
   }
 }
 
-}  // namespace wedge::kernels::cpu::avx2
+}  // namespace wedge::kernels::cpu::WEDGE_SIMD_ISA

@@ -1,78 +1,96 @@
-// The fused Grassmann mixing step (the mean over valid offsets of normalised Plücker
-// vectors), forward and backward, for CPUs with AVX2 but not AVX-512, threaded over
-// positions: plucker_avx512.cpp on 8 lanes, the same steps in the same order. Same results
-// as kernels/ref/plucker.cpp (plucker_mean_forward / plucker_mean_backward).
+// The fused Grassmann mixing step: the mean over valid offsets of normalised Plücker
+// vectors, forward and backward, threaded over positions; one source for both widths
+// (simd.h). Same results as kernels/ref/plucker.cpp (plucker_mean_forward /
+// plucker_mean_backward).
 //
-// As in the AVX-512 kernel (whose header explains the math at length): the antisymmetric
-// matrix of the pairs (z_t, v_o) summed over the offsets is one outer-product difference
-//   sum_o M_o / (n_o |valid|) = u w^T - w u^T,   w = sum_o v_o / (n_o |valid|),  u = z_t,
-// so the per-offset vectors (B, L, m, P) are never formed, and the norms come from
-// Lagrange's identity ||p||^2 = ||u||^2 ||v||^2 - (u . v)^2 in double. The backward builds
-// the antisymmetric matrix G of each incoming gradient row (cached per thread: row s needs
-// G(s) and G(s + offset) for every offset) and sends every pair
+// The idea to understand first: write the Plücker coordinates of (u, v) as the
+// antisymmetric matrix  M = u v^T - v u^T  (p_ij = M_ij for i < j). For a fixed position
+// the first vector u = z_t is the same for every offset, so the mean is
+//   sum_o M_o / (n_o |valid|) = u w^T - w u^T,   w = sum_o v_o / (n_o |valid|),
+// one outer-product difference per position instead of m of them, and the per-offset
+// vectors (B, L, m, P) are never formed at all. The norms come from Lagrange's identity
+//   ||p||^2 = ||u||^2 ||v||^2 - (u . v)^2,
+// evaluated in double (exact products of floats, so only the final subtraction rounds).
+//
+// Backward: with G the antisymmetric matrix of the incoming gradient g (P entries) and
+// c = u^T G v / (n |valid|) (the projection y . gy of the reference), the gradient of one
+// pair is
 //   gu =  (G v / |valid| - (c / n) (u (v.v) - v (u.v))) / n
 //   gv = -(G u / |valid| - (c / n) (u (u.v) - v (u.u))) / n        (n > eps)
 //   gu = G v / (|valid| eps),  gv = -G u / (|valid| eps)             (n <= eps)
-// with c = u^T G v / (n |valid|). Each thread owns whole rows of gz and adds their terms in
-// a fixed order (u-side pairs by offset, then v-side pairs by offset), so the result does
-// not depend on the thread count. Nearly parallel pairs take the reference's route (p
-// formed pair by pair in double). Ranks up to 64 use these kernels; larger ones fall back
-// to the reference.
+// Each thread owns whole rows of gz: row s collects its u-side terms (pairs (s, s - D))
+// and its v-side terms (pairs (s + D, s)) in a fixed order, so no two threads write the
+// same row and the result does not depend on the thread count. Ranks up to 64 use these
+// kernels; larger ones fall back to the reference.
 //
-// Where the AVX-512 kernel compresses the lanes j > i of a vector into the packed upper
-// triangle, this one reads u and w from j = i + 1 on with unaligned loads, so row i of the
-// triangle is contiguous whole vectors and one masked tail.
+// Nearly parallel pairs (sin^2 of their angle below 1e-4, including identical vectors,
+// e.g. a repeated token) are the exception: there p is a small difference of large
+// products, and the factored forms above would divide their rounding error by the small
+// norm. Such pairs take the reference's route instead (p formed pair by pair in double).
+//
+// The packed upper triangle is read and written one row at a time: row i of it is the
+// entries j = i + 1 .. r - 1, contiguous in memory, so the forward reads u and w from
+// j = i + 1 on with unaligned loads and stores whole vectors and one masked tail, and the
+// backward copies each row of g the same way into the strictly upper triangle U before
+// forming G = U - U^T.
+#include "kernels/cpu/simd.h"
+
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "engine/thread_pool.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/scratch.h"
-#include "kernels/cpu/simd_avx2.h"
 
-namespace wedge::kernels::cpu::avx2 {
+namespace wedge::kernels::cpu::WEDGE_SIMD_ISA {
 namespace {
 
-constexpr int kMaxVectors = 8;  // ranks up to 64
+constexpr int kMaxVectors = 64 / kLanes;  // ranks up to 64
 
 // Per-thread cache of the backward's antisymmetric matrices, kept across calls.
 thread_local ScratchBuffer t_g_cache;
 
-// A rank-r vector in up to 8 ymm registers (lanes past r are zero).
+// A rank-r vector in up to kMaxVectors registers (lanes past r are zero).
 struct Vec {
-  __m256 v[kMaxVectors];
+  vf v[kMaxVectors];
 };
 
 template <int nv>
 inline Vec load_vec(const float* x, i64 r) {
   Vec out;
 #pragma GCC unroll 8
-  for (int k = 0; k < nv; ++k) out.v[k] = load_first(x + 8 * k, r - 8 * k);
+  for (int k = 0; k < nv; ++k) out.v[k] = load_first(x + kLanes * k, r - kLanes * k);
   return out;
 }
 
+template <int nv>
 inline Vec zero_vec() {
   Vec out;
 #pragma GCC unroll 8
-  for (int k = 0; k < kMaxVectors; ++k) out.v[k] = _mm256_setzero_ps();
+  for (int k = 0; k < nv; ++k) out.v[k] = zero();
   return out;
 }
 
-// u . v in double (each float product is exact in double).
+// u . v in double (each float product is exact in double). The sum is the same at both
+// widths: eight double partial sums, partial j taking the products j, j + 8, j + 16, ...
+// in order (one vector of 8 doubles at 16 lanes, two of 4 at 8 lanes: the lower and upper
+// halves of each float vector), added as ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)).
 template <int nv>
 inline double dot_double(const Vec& a, const Vec& b) {
-  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+  constexpr int kParts = 8 / kDoubleLanes;
+  vd acc[kParts];
+#pragma GCC unroll 2
+  for (int p = 0; p < kParts; ++p) acc[p] = zero_d();
 #pragma GCC unroll 8
   for (int k = 0; k < nv; ++k) {
-    lo = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(a.v[k])),
-                         _mm256_cvtps_pd(_mm256_castps256_ps128(b.v[k])), lo);
-    hi = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(a.v[k], 1)),
-                         _mm256_cvtps_pd(_mm256_extractf128_ps(b.v[k], 1)), hi);
+    acc[0] = fmadd(widen_lo(a.v[k]), widen_lo(b.v[k]), acc[0]);
+    acc[kParts - 1] = fmadd(widen_hi(a.v[k]), widen_hi(b.v[k]), acc[kParts - 1]);
   }
-  const __m256d sum = _mm256_add_pd(lo, hi);
-  __m128d s = _mm_add_pd(_mm256_castpd256_pd128(sum), _mm256_extractf128_pd(sum, 1));
-  s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
-  return _mm_cvtsd_f64(s);
+  vd total = acc[0];
+#pragma GCC unroll 2
+  for (int p = 1; p < kParts; ++p) total = add(total, acc[p]);
+  return hsum(total);
 }
 
 // Start of row i's pairs in the packed order (0,1),(0,2),...,(1,2),...
@@ -135,32 +153,79 @@ inline i64 count_valid(i64 t, const std::int32_t* offsets, i64 m) {
   return valid;
 }
 
-// G (8 nv rows of 8 nv floats, row-major) from the packed upper triangle g: row i holds
-// g_i,(i+1..r-1) in its upper part and -g_(0..i-1),i below the diagonal; the padding rows
-// and columns are zero, so products over whole vectors see zeros there.
+// The width's square transpose in registers: x[q] holds row q of a kLanes x kLanes block
+// on entry and column q on exit. Only the shuffles differ between the widths.
+#if WEDGE_SIMD_LANES == 16
+inline void transpose_square(vf r[16]) {
+  vf t[16], u[16];
+  for (int i = 0; i < 8; ++i) {  // interleave row pairs within each 128-bit lane
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int g = 0; g < 4; ++g) {  // 4x4 transposes within each lane, per group of 4 rows
+    u[4 * g + 0] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+    u[4 * g + 1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
+    u[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+    u[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
+  }
+  // u[4g + j], lane L holds rows 4g..4g+3 of column 4L + j; gather the four groups' lane L.
+  for (int j = 0; j < 4; ++j) {
+    const vf v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88);
+    const vf v1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD);
+    const vf v2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
+    const vf v3 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xDD);
+    r[j] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+    r[8 + j] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
+    r[4 + j] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+    r[12 + j] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
+  }
+}
+#else
+inline void transpose_square(vf x[8]) {
+  vf t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(x[i], x[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(x[i], x[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    x[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    x[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+#endif
+
+// G (kLanes nv rows of kLanes nv floats, row-major) from the packed upper triangle g:
+// row i holds g_i,(i+1..r-1) in its upper part and -g_(0..i-1),i below the diagonal; the
+// padding rows and columns are zero, so products over whole vectors see zeros there.
 template <int nv>
 void build_antisymmetric(const float* g, i64 r, float* G) {
-  constexpr i64 ld = 8 * nv;
+  constexpr i64 ld = kLanes * nv;
   // U: the strictly upper triangle; row i's pairs are contiguous in g and land at j = i + 1.
-  alignas(32) float upper[ld * ld];
+  alignas(64) float upper[ld * ld];
   for (i64 i = 0; i < ld; ++i) {
     float* dst = upper + i * ld;
 #pragma GCC unroll 8
-    for (int k = 0; k < nv; ++k) _mm256_store_ps(dst + 8 * k, _mm256_setzero_ps());
+    for (int k = 0; k < nv; ++k) store_aligned(dst + kLanes * k, zero());
     if (i + 1 >= r) continue;
     const float* src = g + row_start(i, r);
     const i64 count = r - 1 - i;
-    for (i64 j = 0; j < count; j += 8) store_first(dst + i + 1 + j, count - j, load_first(src + j, count - j));
+    for (i64 j = 0; j < count; j += kLanes) store_first(dst + i + 1 + j, count - j, load_first(src + j, count - j));
   }
-  // G = U - U^T, transposing 8 x 8 tiles.
+  // G = U - U^T, transposing kLanes x kLanes tiles.
   for (int bi = 0; bi < nv; ++bi) {
     for (int bj = 0; bj < nv; ++bj) {
-      __m256 tile[8];
-      for (int q = 0; q < 8; ++q) tile[q] = _mm256_load_ps(upper + (8 * bj + q) * ld + 8 * bi);
-      transpose8x8(tile);  // tile[q] = column 8 bi + q of U restricted to rows 8 bj..
-      for (int q = 0; q < 8; ++q) {
-        const i64 row = 8 * bi + q;
-        _mm256_store_ps(G + row * ld + 8 * bj, _mm256_sub_ps(_mm256_load_ps(upper + row * ld + 8 * bj), tile[q]));
+      vf tile[kLanes];
+      for (int q = 0; q < kLanes; ++q) tile[q] = load_aligned(upper + (kLanes * bj + q) * ld + kLanes * bi);
+      transpose_square(tile);  // tile[q] = column kLanes bi + q of U restricted to rows kLanes bj..
+      for (int q = 0; q < kLanes; ++q) {
+        const i64 row = kLanes * bi + q;
+        store_aligned(G + row * ld + kLanes * bj, sub(load_aligned(upper + row * ld + kLanes * bj), tile[q]));
       }
     }
   }
@@ -169,21 +234,21 @@ void build_antisymmetric(const float* g, i64 r, float* G) {
 // G x = -sum_b x_b G[b, :]  (G antisymmetric: column b is minus row b).
 template <int nv>
 inline Vec antisym_times(const float* G, const float* x, i64 r) {
-  constexpr i64 ld = 8 * nv;
-  Vec acc = zero_vec();
+  constexpr i64 ld = kLanes * nv;
+  Vec acc = zero_vec<nv>();
   for (i64 b = 0; b < r; ++b) {
-    const __m256 xb = _mm256_set1_ps(-x[b]);
+    const vf xb = set1(-x[b]);
 #pragma GCC unroll 8
-    for (int k = 0; k < nv; ++k) acc.v[k] = _mm256_fmadd_ps(xb, _mm256_load_ps(G + b * ld + 8 * k), acc.v[k]);
+    for (int k = 0; k < nv; ++k) acc.v[k] = fmadd(xb, load_aligned(G + b * ld + kLanes * k), acc.v[k]);
   }
   return acc;
 }
 
 template <int nv>
 inline void add_scaled(Vec& acc, const Vec& x, float s) {
-  const __m256 vs = _mm256_set1_ps(s);
+  const vf vs = set1(s);
 #pragma GCC unroll 8
-  for (int k = 0; k < nv; ++k) acc.v[k] = _mm256_fmadd_ps(vs, x.v[k], acc.v[k]);
+  for (int k = 0; k < nv; ++k) acc.v[k] = fmadd(vs, x.v[k], acc.v[k]);
 }
 
 // The kernels' bodies, with the number of vectors per rank-r vector fixed at compile time
@@ -198,7 +263,7 @@ void mean_forward(const float* z, i64 B, i64 L, i64 r, const std::int32_t* offse
       const Vec u = load_vec<nv>(z + row * r, r);
       const double uu = dot_double<nv>(u, u);
       const i64 valid = count_valid(t, offsets, m);
-      Vec w = zero_vec();
+      Vec w = zero_vec<nv>();
       std::int32_t direct[64];  // offsets of nearly parallel pairs (m <= 64 assumed below)
       i64 direct_count = 0;
       for (i64 o = 0; o < m; ++o) {
@@ -219,17 +284,16 @@ void mean_forward(const float* z, i64 B, i64 L, i64 r, const std::int32_t* offse
       }
       // out = upper triangle of u w^T - w u^T, row by row: row i is entries j = i+1..r-1,
       // read from u and w at j with unaligned loads (one vector of zero padding past r).
-      alignas(32) float uw[2][8 * nv + 8];
+      alignas(64) float uw[2][kLanes * nv + kLanes];
       for (int k = 0; k <= nv; ++k) {
-        _mm256_store_ps(uw[0] + 8 * k, k < nv ? u.v[k] : _mm256_setzero_ps());
-        _mm256_store_ps(uw[1] + 8 * k, k < nv ? w.v[k] : _mm256_setzero_ps());
+        store_aligned(uw[0] + kLanes * k, k < nv ? u.v[k] : zero());
+        store_aligned(uw[1] + kLanes * k, k < nv ? w.v[k] : zero());
       }
       float* dst = out + row * P;
       for (i64 i = 0; i + 1 < r; ++i) {
-        const __m256 ui = _mm256_set1_ps(uw[0][i]), wi = _mm256_set1_ps(uw[1][i]);
-        for (i64 j = i + 1; j < r; j += 8) {
-          const __m256 vals =
-              _mm256_fmsub_ps(ui, _mm256_loadu_ps(uw[1] + j), _mm256_mul_ps(wi, _mm256_loadu_ps(uw[0] + j)));
+        const vf ui = set1(uw[0][i]), wi = set1(uw[1][i]);
+        for (i64 j = i + 1; j < r; j += kLanes) {
+          const vf vals = fmsub(ui, load(uw[1] + j), mul(wi, load(uw[0] + j)));
           store_first(dst + (j - i - 1), r - j, vals);
         }
         dst += r - 1 - i;
@@ -246,7 +310,7 @@ void mean_forward(const float* z, i64 B, i64 L, i64 r, const std::int32_t* offse
 template <int nv>
 void mean_backward(const float* z, i64 B, i64 L, i64 r, const std::int32_t* offsets, i64 m, float eps,
                    const float* norms, const float* gout, float* gz) {
-  constexpr i64 ld = 8 * nv;
+  constexpr i64 ld = kLanes * nv;
   const i64 P = r * (r - 1) / 2;
   parallel_for(0, B * L, 32, [&](i64 row0, i64 row1) {
     // Row s needs G(s) and G(s + offset) for every offset: keep the matrices of the last
@@ -266,7 +330,7 @@ void mean_backward(const float* z, i64 B, i64 L, i64 r, const std::int32_t* offs
     };
     for (i64 row = row0; row < row1; ++row) {
       const i64 b = row / L, s = row % L;
-      Vec acc = zero_vec();
+      Vec acc = zero_vec<nv>();
 
       // The gradient of pair (t, t - offsets[o]) for its first (u) or second (v) vector.
       auto pair_term = [&](i64 t, i64 o, bool first_vector, const float* G_t) {
@@ -277,7 +341,7 @@ void mean_backward(const float* z, i64 B, i64 L, i64 r, const std::int32_t* offs
         const float valid = static_cast<float>(count_valid(t, offsets, m));
         const float n = norms[(b * L + t) * m + o];
         if (n > eps && nearly_parallel(dot_double<nv>(u, u), dot_double<nv>(v, v), dot_double<nv>(u, v))) {
-          alignas(32) float grad[64];
+          alignas(64) float grad[64];
           pair_gradient_direct(u_ptr, v_ptr, gout + (b * L + t) * P, r, n, valid, eps, first_vector, grad);
           add_scaled<nv>(acc, load_vec<nv>(grad, r), 1.0f);
           return;
@@ -318,47 +382,41 @@ void mean_backward(const float* z, i64 B, i64 L, i64 r, const std::int32_t* offs
         pair_term(t, o, false, antisymmetric_of(b * L + t));
       }
 #pragma GCC unroll 8
-      for (int k = 0; k < nv; ++k) store_first(gz + row * r + 8 * k, r - 8 * k, acc.v[k]);
+      for (int k = 0; k < nv; ++k) store_first(gz + row * r + kLanes * k, r - kLanes * k, acc.v[k]);
     }
   });
+}
+
+// Calls body(std::integral_constant<int, nv>) for nv = count in [first, kMaxVectors];
+// false (and no call) for any other count.
+template <int first = 1, class Body>
+bool with_vector_count(i64 count, Body&& body) {
+  if (count == first) {
+    body(std::integral_constant<int, first>{});
+    return true;
+  }
+  if constexpr (first < kMaxVectors) return with_vector_count<first + 1>(count, body);
+  return false;
 }
 
 }  // namespace
 
 void plucker_mean_forward(const float* z, i64 B, i64 L, i64 r, const std::int32_t* offsets, i64 m, float eps,
                           float* out, float* norms) {
-  switch ((r + 7) / 8) {
-    case 1:
-      if (r >= 2) return mean_forward<1>(z, B, L, r, offsets, m, eps, out, norms);
-      break;
-    case 2: return mean_forward<2>(z, B, L, r, offsets, m, eps, out, norms);
-    case 3: return mean_forward<3>(z, B, L, r, offsets, m, eps, out, norms);
-    case 4: return mean_forward<4>(z, B, L, r, offsets, m, eps, out, norms);
-    case 5: return mean_forward<5>(z, B, L, r, offsets, m, eps, out, norms);
-    case 6: return mean_forward<6>(z, B, L, r, offsets, m, eps, out, norms);
-    case 7: return mean_forward<7>(z, B, L, r, offsets, m, eps, out, norms);
-    case 8: return mean_forward<8>(z, B, L, r, offsets, m, eps, out, norms);
-    default: break;
-  }
+  if (r >= 2 && with_vector_count((r + kLanes - 1) / kLanes, [&](auto nv) {
+        mean_forward<decltype(nv)::value>(z, B, L, r, offsets, m, eps, out, norms);
+      }))
+    return;
   ref_table_f32().plucker_mean_forward(z, B, L, r, offsets, m, eps, out, norms);
 }
 
 void plucker_mean_backward(const float* z, i64 B, i64 L, i64 r, const std::int32_t* offsets, i64 m, float eps,
                            const float* norms, const float* gout, float* gz) {
-  switch ((r + 7) / 8) {
-    case 1:
-      if (r >= 2) return mean_backward<1>(z, B, L, r, offsets, m, eps, norms, gout, gz);
-      break;
-    case 2: return mean_backward<2>(z, B, L, r, offsets, m, eps, norms, gout, gz);
-    case 3: return mean_backward<3>(z, B, L, r, offsets, m, eps, norms, gout, gz);
-    case 4: return mean_backward<4>(z, B, L, r, offsets, m, eps, norms, gout, gz);
-    case 5: return mean_backward<5>(z, B, L, r, offsets, m, eps, norms, gout, gz);
-    case 6: return mean_backward<6>(z, B, L, r, offsets, m, eps, norms, gout, gz);
-    case 7: return mean_backward<7>(z, B, L, r, offsets, m, eps, norms, gout, gz);
-    case 8: return mean_backward<8>(z, B, L, r, offsets, m, eps, norms, gout, gz);
-    default: break;
-  }
+  if (r >= 2 && with_vector_count((r + kLanes - 1) / kLanes, [&](auto nv) {
+        mean_backward<decltype(nv)::value>(z, B, L, r, offsets, m, eps, norms, gout, gz);
+      }))
+    return;
   ref_table_f32().plucker_mean_backward(z, B, L, r, offsets, m, eps, norms, gout, gz);
 }
 
-}  // namespace wedge::kernels::cpu::avx2
+}  // namespace wedge::kernels::cpu::WEDGE_SIMD_ISA
