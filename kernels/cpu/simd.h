@@ -275,8 +275,14 @@ inline __m256i first_lanes_d(i64 count) {
   const long long n = count <= 0 ? 0 : count >= 4 ? 4 : count;
   return _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3));
 }
-inline vd load_first(const double* p, i64 n) { return _mm256_maskload_pd(p, first_lanes_d(n)); }
-inline void store_first(double* p, i64 n, vd v) { _mm256_maskstore_pd(p, first_lanes_d(n), v); }
+// As for floats, a whole vector (n >= 4) takes the plain load and store.
+inline vd load_first(const double* p, i64 n) {
+  return n >= 4 ? _mm256_loadu_pd(p) : _mm256_maskload_pd(p, first_lanes_d(n));
+}
+inline void store_first(double* p, i64 n, vd v) {
+  if (n >= 4) _mm256_storeu_pd(p, v);
+  else _mm256_maskstore_pd(p, first_lanes_d(n), v);
+}
 // (a0 + a2) + (a1 + a3).
 inline double hsum(vd v) {
   const __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
