@@ -73,24 +73,24 @@ float exp_shifted(float* row, i64 ld, float shift) {
   const __m256 s = _mm256_set1_ps(shift);
   __m256 sum = _mm256_setzero_ps();
   for (i64 j = 0; j < ld; j += 8) {
-    const __m256 p = exp8(_mm256_sub_ps(_mm256_loadu_ps(row + j), s));
+    const __m256 p = exp(_mm256_sub_ps(_mm256_loadu_ps(row + j), s));
     _mm256_storeu_ps(row + j, p);
     sum = _mm256_add_ps(sum, p);
   }
-  return hsum8(sum);
+  return hsum(sum);
 }
 
 float row_max(const float* row, i64 ld) {
   __m256 m = _mm256_set1_ps(kNegInf);
   for (i64 j = 0; j < ld; j += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(row + j));
-  return hmax8(m);
+  return hmax(m);
 }
 
 float dot(const float* x, const float* y, i64 n) {
   __m256 acc = _mm256_setzero_ps();
   i64 d = 0;
   for (; d + 8 <= n; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + d), _mm256_loadu_ps(y + d), acc);
-  float s = hsum8(acc);
+  float s = hsum(acc);
   for (; d < n; ++d) s += x[d] * y[d];
   return s;
 }

@@ -54,7 +54,7 @@ void transpose_into(const float* src, i64 src_stride, i64 rows, i64 cols, float*
                        ? _mm512_maskz_loadu_ps(col_lanes, src + (r0 + i) * src_stride + c0)
                        : _mm512_setzero_ps();
       }
-      transpose_16x16(block);
+      transpose_square(block);
       for (i64 q = 0; q < 16 && c0 + q < cols; ++q) {
         _mm512_mask_storeu_ps(dst + (c0 + q) * dst_stride + r0, row_lanes, block[q]);
       }
@@ -276,7 +276,7 @@ void forward_query_block(const float* q, const float* k, const float* v, i64 L, 
       const __m512 vm = _mm512_set1_ps(m_new);
       __m512 total = _mm512_setzero_ps();
       for (int w = 0; w < kTileVectors; ++w) {
-        const __m512 p = _mm512_maskz_mov_ps(keep[w], exp_ps(_mm512_sub_ps(vals[w], vm)));
+        const __m512 p = _mm512_maskz_mov_ps(keep[w], exp(_mm512_sub_ps(vals[w], vm)));
         _mm512_store_ps(sr + 16 * w, p);
         total = _mm512_add_ps(total, p);
       }
@@ -347,7 +347,7 @@ void backward_head(const float* q, const float* k, const float* v, const float* 
         for (int w = 0; w < kTileVectors; ++w) {
           const __mmask16 keep = visible(i, j0, count, w, causal);
           const __m512 sv = _mm512_mul_ps(_mm512_load_ps(p + r * kBlock + 16 * w), vscale);
-          const __m512 pv = _mm512_maskz_mov_ps(keep, exp_ps(_mm512_sub_ps(sv, row_lse)));
+          const __m512 pv = _mm512_maskz_mov_ps(keep, exp(_mm512_sub_ps(sv, row_lse)));
           const __m512 dpv = _mm512_load_ps(ds + r * kBlock + 16 * w);
           _mm512_store_ps(p + r * kBlock + 16 * w, pv);
           _mm512_store_ps(ds + r * kBlock + 16 * w,

@@ -15,7 +15,7 @@ namespace {
 constexpr int kMr = 6;
 constexpr int kNr = 16;
 
-using avx2::first_lanes8;
+using avx2::first_lanes_i;
 
 void sgemm_kernel_6x16(i64 kc, const float* __restrict ap, const float* __restrict bp, float* c,
                        i64 ldc, int m_valid, int n_valid, float alpha, float beta) {
@@ -36,8 +36,8 @@ void sgemm_kernel_6x16(i64 kc, const float* __restrict ap, const float* __restri
     bp += kNr;
   }
   // course 14 end
-  const __m256i mask0 = first_lanes8(n_valid);
-  const __m256i mask1 = first_lanes8(n_valid - 8);
+  const __m256i mask0 = first_lanes_i(n_valid);
+  const __m256i mask1 = first_lanes_i(n_valid - 8);
   const __m256 valpha = _mm256_set1_ps(alpha);
   const __m256 vbeta = _mm256_set1_ps(beta);
 #pragma GCC unroll 6
@@ -66,7 +66,7 @@ void pack_a_6(const float* a, i64 row_stride, i64 col_stride, i64 rows, i64 kc, 
               float* out) {
   const i64 panels = (rows + kMr - 1) / kMr;
   if (col_stride == 1) {
-    const __m256i six = first_lanes8(kMr);
+    const __m256i six = first_lanes_i(kMr);
     for (i64 q = 0; q < panels; ++q) {
       float* panel = out + q * kMr * kc;
       const i64 lines = rows - q * kMr < kMr ? rows - q * kMr : kMr;
@@ -75,7 +75,7 @@ void pack_a_6(const float* a, i64 row_stride, i64 col_stride, i64 rows, i64 kc, 
       for (; p + 8 <= kc; p += 8) {
         __m256 x[8];
         for (int r = 0; r < 8; ++r) x[r] = r < lines ? _mm256_loadu_ps(src + r * row_stride + p) : _mm256_setzero_ps();
-        avx2::transpose8x8(x);
+        avx2::transpose_square(x);
         float* slot = panel + p * kMr;
         for (int j = 0; j < 7; ++j) _mm256_storeu_ps(slot + j * kMr, x[j]);
         _mm256_maskstore_ps(slot + 7 * kMr, six, x[7]);
@@ -122,7 +122,7 @@ void pack_b_16(const float* b, i64 row_stride, i64 col_stride, i64 kc, i64 /*nex
 // vectors: that loop is the shape GCC 12 miscompiles under both sanitizers (kernels/README.md,
 // "Compiler notes").
 void epilogue_6x16(float* c, i64 ldc, int m_valid, int n_valid, const float* bias, Activation act, float* aux) {
-  const __m256i mask0 = first_lanes8(n_valid), mask1 = first_lanes8(n_valid - 8);
+  const __m256i mask0 = first_lanes_i(n_valid), mask1 = first_lanes_i(n_valid - 8);
   const __m256 b0 = bias == nullptr ? _mm256_setzero_ps() : _mm256_maskload_ps(bias, mask0);
   const __m256 b1 = bias == nullptr ? _mm256_setzero_ps() : _mm256_maskload_ps(bias + 8, mask1);
   const bool gelu = act == Activation::Gelu;
@@ -130,7 +130,7 @@ void epilogue_6x16(float* c, i64 ldc, int m_valid, int n_valid, const float* bia
     __m256 h = _mm256_add_ps(_mm256_maskload_ps(at, mask), b);
     if (gelu) {
       _mm256_maskstore_ps(keep, mask, h);
-      h = avx2::gelu8(h);
+      h = avx2::gelu(h);
     }
     _mm256_maskstore_ps(at, mask, h);
   };

@@ -161,7 +161,7 @@ void epilogue_14x32(float* c, i64 ldc, int m_valid, int n_valid, const float* bi
       __m512 h = _mm512_add_ps(_mm512_maskz_loadu_ps(mask[j], at), b[j]);
       if (act == Activation::Gelu) {
         _mm512_mask_storeu_ps(aux + i * ldc + 16 * j, mask[j], h);
-        h = avx512::gelu_ps(h);
+        h = avx512::gelu(h);
       }
       _mm512_mask_storeu_ps(at, mask[j], h);
     }

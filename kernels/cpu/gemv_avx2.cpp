@@ -11,7 +11,7 @@ struct Lanes {
   using Mask = __m256i;
   static constexpr int kWidth = 8;
   static constexpr int kRegisters = 16;
-  static Mask mask(i64 count) { return avx2::first_lanes8(count); }
+  static Mask mask(i64 count) { return avx2::first_lanes_i(count); }
   static V zero() { return _mm256_setzero_ps(); }
   static V set1(float x) { return _mm256_set1_ps(x); }
   static V load(const float* p) { return _mm256_loadu_ps(p); }

@@ -153,53 +153,6 @@ inline i64 count_valid(i64 t, const std::int32_t* offsets, i64 m) {
   return valid;
 }
 
-// The width's square transpose in registers: x[q] holds row q of a kLanes x kLanes block
-// on entry and column q on exit. Only the shuffles differ between the widths.
-#if WEDGE_SIMD_LANES == 16
-inline void transpose_square(vf r[16]) {
-  vf t[16], u[16];
-  for (int i = 0; i < 8; ++i) {  // interleave row pairs within each 128-bit lane
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int g = 0; g < 4; ++g) {  // 4x4 transposes within each lane, per group of 4 rows
-    u[4 * g + 0] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
-    u[4 * g + 1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
-    u[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
-    u[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
-  }
-  // u[4g + j], lane L holds rows 4g..4g+3 of column 4L + j; gather the four groups' lane L.
-  for (int j = 0; j < 4; ++j) {
-    const vf v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88);
-    const vf v1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD);
-    const vf v2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
-    const vf v3 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xDD);
-    r[j] = _mm512_shuffle_f32x4(v0, v2, 0x88);
-    r[8 + j] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
-    r[4 + j] = _mm512_shuffle_f32x4(v1, v3, 0x88);
-    r[12 + j] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
-  }
-}
-#else
-inline void transpose_square(vf x[8]) {
-  vf t[8], u[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(x[i], x[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(x[i], x[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int i = 0; i < 4; ++i) {
-    x[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
-    x[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
-  }
-}
-#endif
-
 // G (kLanes nv rows of kLanes nv floats, row-major) from the packed upper triangle g:
 // row i holds g_i,(i+1..r-1) in its upper part and -g_(0..i-1),i below the diagonal; the
 // padding rows and columns are zero, so products over whole vectors see zeros there.
