@@ -26,17 +26,9 @@ i64 row_grain(i64 n) { return n >= 4096 ? 1 : 4096 / (n < 1 ? 1 : n) + 1; }
 constexpr i64 kLineFloats = 64 / sizeof(float);
 
 // m lane by lane with max(m, x) over the row's last count < kLanes elements at x (the
-// tail). The two widths differ only in the lanes past the row, and there only when m's
-// lane holds a NaN: 16 lanes leave those lanes as they are (a masked max), 8 lanes take
-// max(m, -inf) there, which turns such a NaN into -inf. Each is what that width has always
-// computed, so both keep their results bit for bit.
+// tail); the lanes past the row keep m as it is (a NaN there stays a NaN).
 inline vf max_tail(vf m, const float* x, i64 count) {
-#if WEDGE_SIMD_LANES == 16
-  return _mm512_mask_max_ps(m, first_lanes(count), m, load_first(x, count));
-#else
-  const vf lowest = set1(-std::numeric_limits<float>::infinity());
-  return max(m, select(first_lanes(count), load_first(x, count), lowest));
-#endif
+  return select(first_lanes(count), max(m, load_first(x, count)), m);
 }
 
 float row_max(const float* x, i64 n) {
