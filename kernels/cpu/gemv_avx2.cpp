@@ -1,26 +1,15 @@
 // The small-m GEMM's column kernel on 8 lanes: gemv_impl.h instantiated with AVX2
 // operations (compiled with -mavx2 -mfma; gemv.h says what it does).
-#include "kernels/cpu/gemv_impl.h"
 #include "kernels/cpu/simd_avx2.h"
+// (the layer first: gemv_impl.h is written against it)
+#include "kernels/cpu/gemv_impl.h"
 
 namespace wedge::kernels::cpu {
 namespace {
 
 struct Lanes {
-  using V = __m256;
-  using Mask = __m256i;
-  static constexpr int kWidth = 8;
+  using V = vf;
   static constexpr int kRegisters = 16;
-  static Mask mask(i64 count) { return avx2::first_lanes_i(count); }
-  static V zero() { return _mm256_setzero_ps(); }
-  static V set1(float x) { return _mm256_set1_ps(x); }
-  static V load(const float* p) { return _mm256_loadu_ps(p); }
-  static V load(const float* p, Mask m) { return _mm256_maskload_ps(p, m); }
-  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
-  static void store(float* p, Mask m, V v) { _mm256_maskstore_ps(p, m, v); }
-  static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
-  static V add(V a, V b) { return _mm256_add_ps(a, b); }
   static V opaque(V v) {
     asm("" : "+x"(v));
     return v;

@@ -1,26 +1,15 @@
 // The small-m GEMM's column kernel on 16 lanes: gemv_impl.h instantiated with AVX-512
 // operations (compiled with the AVX-512 flags; gemv.h says what it does).
-#include "kernels/cpu/gemv_impl.h"
 #include "kernels/cpu/simd_avx512.h"
+// (the layer first: gemv_impl.h is written against it)
+#include "kernels/cpu/gemv_impl.h"
 
 namespace wedge::kernels::cpu {
 namespace {
 
 struct Lanes {
-  using V = __m512;
-  using Mask = __mmask16;
-  static constexpr int kWidth = 16;
+  using V = vf;
   static constexpr int kRegisters = 32;
-  static Mask mask(i64 count) { return avx512::first_lanes(count); }
-  static V zero() { return _mm512_setzero_ps(); }
-  static V set1(float x) { return _mm512_set1_ps(x); }
-  static V load(const float* p) { return _mm512_loadu_ps(p); }
-  static V load(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
-  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
-  static void store(float* p, Mask m, V v) { _mm512_mask_storeu_ps(p, m, v); }
-  static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
-  static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static V opaque(V v) {
     asm("" : "+v"(v));
     return v;

@@ -1,23 +1,18 @@
 // The small-m GEMM's column kernel (gemv.h), written once for any vector width. Included
-// only by gemv_avx512.cpp and gemv_avx2.cpp, each of which defines `Lanes` -- the vector
-// type and a few one-line operations on it, from simd_avx512.h / simd_avx2.h -- and
-// instantiates Gemv<Lanes> (the members are static; `columns` is the entry):
+// only by gemv_avx512.cpp and gemv_avx2.cpp, after the vector layer of their width
+// (simd_avx512.h / simd_avx2.h: vf, vmask, kLanes, first_lanes, load, load_masked, store,
+// store_masked, fmadd, mul, add, set1, zero), each of which defines `Lanes` -- the few
+// operations the layer has no name for -- and instantiates Gemv<Lanes> (the members are
+// static; `columns` is the entry):
 //
-//   V, Mask               a vector of kWidth floats (a multiple of 4); a lane mask for tails
-//   kWidth, kRegisters    lanes per vector; vector registers of the instruction set
-//   mask(count)           the first `count` lanes
-//   zero(), set1(x)
-//   load(p), load(p, m)   unaligned; masked: other lanes 0, their memory not touched
-//   store(p, v), store(p, m, v)
-//   fmadd(a, b, c)        a * b + c, one rounding
-//   mul(a, b), add(a, b)
+//   kRegisters            vector registers of the instruction set
 //   opaque(v)             v, through an empty asm: the compiler cannot fuse the multiply
 //                         that made v into the add that uses it
-//   quads(p, s)           kWidth / 4 runs of 4 floats, run r at p + r * s, run r in lanes 4r..4r+3
+//   quads(p, s)           kLanes / 4 runs of 4 floats, run r at p + r * s, run r in lanes 4r..4r+3
 //   quads_first(p, s, n)  the same, the first n (< 4) floats of each run, zeros after
 //   transpose4(v[4])      4 x 4 transposes within each run of 4 lanes: lane 4r + g of v[s]
 //                         becomes lane 4r + s of v[g]
-//   from_row_order(v)     lane g kWidth/4 + r of the result is lane 4r + g of v (r < kWidth/4,
+//   from_row_order(v)     lane g kLanes/4 + r of the result is lane 4r + g of v (r < kLanes/4,
 //                         g < 4): undoes the order in which transposed quads hold their rows
 //   micro_kernel()        the packed GEMM's micro-kernel of the same instruction set: its
 //                         epilogue finishes each block of columns
@@ -44,14 +39,20 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemv.h"
 
+#if !defined(WEDGE_SIMD_ISA)
+#error "kernels/cpu/gemv_impl.h: include simd_avx512.h or simd_avx2.h first"
+#endif
+
 namespace wedge::kernels::cpu {
 namespace {
 
+using namespace WEDGE_SIMD_ISA;
+
 template <class L>
 struct Gemv {
-  using V = typename L::V;
-  using Mask = typename L::Mask;
-  static constexpr int W = L::kWidth;
+  using V = vf;
+  using Mask = vmask;
+  static constexpr int W = kLanes;
   static_assert(W % 4 == 0, "a vector holds whole quads");
 
   // J, the width of a group: J vectors of columns of C per pass over k, with M x J
@@ -86,22 +87,22 @@ struct Gemv {
   template <int M, int J, bool kTail>
   static void finish_slice(const GemvMatrix& p, const V (&acc)[M][J], i64 j, Mask last, bool first) {
     const float beta = first ? p.beta : 1.0f;
-    const V alpha = L::set1(p.alpha), vbeta = L::set1(beta);
+    const V alpha = set1(p.alpha), vbeta = set1(beta);
 #pragma GCC unroll 8
     for (int i = 0; i < M; ++i)
 #pragma GCC unroll 8
       for (int jj = 0; jj < J; ++jj) {
         float* at = p.c + i * p.ldc + j + jj * W;
         const bool masked = kTail && jj == J - 1;
-        V r = L::opaque(L::mul(acc[i][jj], alpha));
+        V r = L::opaque(mul(acc[i][jj], alpha));
         if (beta == 1.0f)
-          r = L::add(r, masked ? L::load(at, last) : L::load(at));
+          r = add(r, masked ? load_masked(at, last) : load(at));
         else if (beta != 0.0f)
-          r = L::fmadd(vbeta, masked ? L::load(at, last) : L::load(at), r);
+          r = fmadd(vbeta, masked ? load_masked(at, last) : load(at), r);
         if (masked)
-          L::store(at, last, r);
+          store_masked(at, last, r);
         else
-          L::store(at, r);
+          store(at, r);
       }
   }
 
@@ -110,7 +111,7 @@ struct Gemv {
 #pragma GCC unroll 8
     for (int i = 0; i < M; ++i)
 #pragma GCC unroll 8
-      for (int jj = 0; jj < J; ++jj) acc[i][jj] = L::zero();
+      for (int jj = 0; jj < J; ++jj) acc[i][jj] = zero();
   }
 
   // trans_b N: J vectors of columns from column j, for the M rows: per slice, C[i, cols]
@@ -127,12 +128,12 @@ struct Gemv {
         V bv[J];
 #pragma GCC unroll 8
         for (int jj = 0; jj < J; ++jj)
-          bv[jj] = kTail && jj == J - 1 ? L::load(row + jj * W, last) : L::load(row + jj * W);
+          bv[jj] = kTail && jj == J - 1 ? load_masked(row + jj * W, last) : load(row + jj * W);
 #pragma GCC unroll 8
         for (int i = 0; i < M; ++i) {
-          const V av = L::set1(p.a[i * p.lda + q]);
+          const V av = set1(p.a[i * p.lda + q]);
 #pragma GCC unroll 8
-          for (int jj = 0; jj < J; ++jj) acc[i][jj] = L::fmadd(av, bv[jj], acc[i][jj]);
+          for (int jj = 0; jj < J; ++jj) acc[i][jj] = fmadd(av, bv[jj], acc[i][jj]);
         }
       }
       finish_slice<M, J, kTail>(p, acc, j, last, p0 == 0);
@@ -192,7 +193,7 @@ struct Gemv {
             for (int s = 0; s < 4; ++s)
 #pragma GCC unroll 8
               for (int i = 0; i < M; ++i)
-                acc[i][jj] = L::fmadd(L::set1(p.a[i * p.lda + q + c + s]), t[s], acc[i][jj]);
+                acc[i][jj] = fmadd(set1(p.a[i * p.lda + q + c + s]), t[s], acc[i][jj]);
           }
       }
       for (; q < p1; q += 4) {  // the slice's last k % 16 values, then k % 4
@@ -207,7 +208,7 @@ struct Gemv {
           for (int s = 0; s < count; ++s)
 #pragma GCC unroll 8
             for (int i = 0; i < M; ++i)
-              acc[i][jj] = L::fmadd(L::set1(p.a[i * p.lda + q + s]), t[s], acc[i][jj]);
+              acc[i][jj] = fmadd(set1(p.a[i * p.lda + q + s]), t[s], acc[i][jj]);
         }
       }
 #pragma GCC unroll 8
@@ -228,18 +229,18 @@ struct Gemv {
       const i64 p1 = std::min(p.k, p0 + kc);
       V acc[M][1];
 #pragma GCC unroll 8
-      for (int i = 0; i < M; ++i) acc[i][0] = L::zero();
+      for (int i = 0; i < M; ++i) acc[i][0] = zero();
       for (i64 q = p0; q < p1; q += 4) {
         const int count = static_cast<int>(std::min<i64>(4, p1 - q));
         for (int s = 0; s < count; ++s)
           for (int r = 0; r < W; ++r) block[s][r] = r < lines ? w[r * p.ldb + q + s] : 0.0f;
         for (int s = 0; s < count; ++s) {
-          const V t = L::load(block[s]);
+          const V t = load(block[s]);
 #pragma GCC unroll 8
-          for (int i = 0; i < M; ++i) acc[i][0] = L::fmadd(L::set1(p.a[i * p.lda + q + s]), t, acc[i][0]);
+          for (int i = 0; i < M; ++i) acc[i][0] = fmadd(set1(p.a[i * p.lda + q + s]), t, acc[i][0]);
         }
       }
-      finish_slice<M, 1, true>(p, acc, j, L::mask(lines), p0 == 0);
+      finish_slice<M, 1, true>(p, acc, j, first_lanes(lines), p0 == 0);
     }
   }
 
@@ -280,7 +281,7 @@ struct Gemv {
       } else {
         for (; j + J * W <= je; j += J * W) nn_group<M, J, false>(p, j, Mask{}, kc);
         for (; j + W <= je; j += W) nn_group<M, 1, false>(p, j, Mask{}, kc);
-        if (j < je) nn_group<M, 1, true>(p, j, L::mask(je - j), kc);
+        if (j < je) nn_group<M, 1, true>(p, j, first_lanes(je - j), kc);
       }
       if (finish) epilogue(mk, p, jb, je);
     }
