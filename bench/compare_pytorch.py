@@ -238,7 +238,7 @@ def offset_counts(torch, L, offsets, device, cache={}):
 def plucker_mean(torch, z, offsets, eps=PLUCKER_EPS, pairs=wedge_pairs):
     """The mean over the valid offsets of the normalised Plücker vectors p̂(z_t, z_{t-Δ}),
     (B, L, r(r-1)/2), 0 where no offset is valid — by the two exact shortcuts wedge's
-    kernel takes (kernels/cpu/plucker_avx512.cpp):
+    kernel takes (kernels/cpu/plucker_simd.cpp):
       * z_t is the first vector of every pair at t, so the mean is z_t ∧ w_t with
         w_t = Σ_Δ z_{t-Δ} / (n_Δ |valid_t|): one Plücker vector per position, not one per
         offset, and the (B, L, offsets, pairs) tensor is never formed;

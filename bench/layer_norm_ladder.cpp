@@ -14,7 +14,7 @@
 //   2. float loops  the same formulas in float with the row's sums kept in locals and the
 //                   column sums accumulated row by row into a D-wide array, so every pass
 //                   is unit-stride and the compiler vectorises it.
-//   3. avx512       wedge's kernel (kernels/cpu/layer_norm_avx512.cpp) on one thread: 16
+//   3. avx512       wedge's kernel (kernels/cpu/layer_norm_simd.cpp at 16 lanes) on one thread: 16
 //                   lanes, two accumulators per sum, masked tails, column sums in double in
 //                   registers for 64 columns per sweep over the rows.
 //   4. + threads    the same on all pool threads: rows split for the per-row work, whole

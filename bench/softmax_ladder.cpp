@@ -25,7 +25,7 @@
 //                    the term to add or the rescaling factor. Cross-entropy forward becomes
 //                    one read of the logits; softmax forward two (the output needs the
 //                    final sum). The backward passes have no max to find: no new step.
-//   4. avx512        wedge's kernels (kernels/cpu/softmax_avx512.cpp) on one thread: the
+//   4. avx512        wedge's kernels (kernels/cpu/softmax_simd.cpp at 16 lanes) on one thread: the
 //                    three passes with 16-lane intrinsics, a vector exp, masked tails, sums
 //                    of exponentials in double, the next row prefetched while one is summed,
 //                    and the cross-entropy gradient written with streaming stores.
