@@ -54,7 +54,6 @@ inline vmask first_lanes(i64 count) {
   if (count >= 16) return 0xFFFF;
   return static_cast<vmask>((1u << count) - 1u);
 }
-inline vmask mask_and(vmask a, vmask b) { return static_cast<vmask>(a & b); }
 inline vmask mask_and_not(vmask a, vmask b) { return static_cast<vmask>(a & ~b); }  // a and not b
 inline bool any(vmask m) { return m != 0; }
 
@@ -94,7 +93,6 @@ inline vf scale_pow2(vf p, vf n) { return _mm512_scalef_ps(p, n); }
 inline vmask less(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
 inline vmask greater_equal(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
 inline vmask greater(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
-inline vmask equal(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
 inline vmask unordered(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q); }  // either is NaN
 // m's lanes from if_true, the others from if_false.
 inline vf select(vmask m, vf if_true, vf if_false) { return _mm512_mask_blend_ps(m, if_false, if_true); }
@@ -215,7 +213,6 @@ inline __m256i first_lanes_i(i64 count) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 inline vmask first_lanes(i64 count) { return _mm256_castsi256_ps(first_lanes_i(count)); }
-inline vmask mask_and(vmask a, vmask b) { return _mm256_and_ps(a, b); }
 inline vmask mask_and_not(vmask a, vmask b) { return _mm256_andnot_ps(b, a); }
 inline bool any(vmask m) { return _mm256_movemask_ps(m) != 0; }
 
@@ -267,7 +264,6 @@ inline vf scale_pow2(vf p, vf n) {
 inline vmask less(vf a, vf b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
 inline vmask greater_equal(vf a, vf b) { return _mm256_cmp_ps(a, b, _CMP_GE_OQ); }
 inline vmask greater(vf a, vf b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
-inline vmask equal(vf a, vf b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
 inline vmask unordered(vf a, vf b) { return _mm256_cmp_ps(a, b, _CMP_UNORD_Q); }
 inline vf select(vmask m, vf if_true, vf if_false) { return _mm256_blendv_ps(if_false, if_true, m); }
 inline vf keep(vmask m, vf a) { return _mm256_and_ps(m, a); }

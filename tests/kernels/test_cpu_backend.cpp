@@ -13,6 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend_harness.h"
@@ -87,33 +88,30 @@ struct CpuTier {
   std::vector<KernelId> kernels;
 };
 
-#define WEDGE_CPU_TIER_ref(isa, name)
-#define WEDGE_CPU_TIER_own(isa, name)
-#define WEDGE_CPU_TIER_simd(isa, name) \
-  tier.table.name = &cpu::isa::name;   \
-  tier.kernels.push_back(KernelId::name);
-
-CpuTier avx2_tier() {
-  CpuTier tier{"avx2", ref_table_f32(), {}};
-#define WEDGE_KERNEL(name, cpu, params) WEDGE_CPU_TIER_##cpu(avx2, name)
+// The tiers this CPU can execute, each table built in one pass over the kernel list.
+std::vector<CpuTier> executable_tiers() {
+  CpuTier avx2{"avx2", ref_table_f32(), {}}, avx512{"avx512", ref_table_f32(), {}};
+#define WEDGE_CPU_TIER_ref(name)
+#define WEDGE_CPU_TIER_own(name)
+#define WEDGE_CPU_TIER_simd(name)              \
+  avx2.table.name = &cpu::avx2::name;          \
+  avx512.table.name = &cpu::avx512::name;      \
+  avx2.kernels.push_back(KernelId::name);      \
+  avx512.kernels.push_back(KernelId::name);
+#define WEDGE_KERNEL(name, cpu, params) WEDGE_CPU_TIER_##cpu(name)
 #include "engine/kernels.def"
 #undef WEDGE_KERNEL
-  tier.table.gemm = cpu_table_f32().gemm;
-  return tier;
-}
-
-CpuTier avx512_tier() {
-  CpuTier tier{"avx512", ref_table_f32(), {}};
-#define WEDGE_KERNEL(name, cpu, params) WEDGE_CPU_TIER_##cpu(avx512, name)
-#include "engine/kernels.def"
-#undef WEDGE_KERNEL
-  tier.table.gemm = cpu_table_f32().gemm;
-  return tier;
-}
-
 #undef WEDGE_CPU_TIER_simd
 #undef WEDGE_CPU_TIER_own
 #undef WEDGE_CPU_TIER_ref
+  avx2.table.gemm = avx512.table.gemm = cpu_table_f32().gemm;
+  std::vector<CpuTier> tiers;
+  if (cpu::has_avx2()) tiers.push_back(std::move(avx2));
+  else MESSAGE("this CPU has no AVX2: the AVX2 kernels' tests skipped");
+  if (cpu::has_avx512()) tiers.push_back(std::move(avx512));
+  else MESSAGE("this CPU has no AVX-512: the AVX-512 kernels' tests skipped");
+  return tiers;
+}
 
 }  // namespace
 
@@ -124,11 +122,7 @@ CpuTier avx512_tier() {
 // (OutputDigests) and written to FILE, one "tier kernel digest" line each: a rewrite of a
 // kernel's source that must not change its results is checked by comparing two such files.
 TEST_CASE("cpu: every SIMD tier this CPU can execute matches the reference on awkward shapes") {
-  std::vector<CpuTier> tiers;
-  if (cpu::has_avx2()) tiers.push_back(avx2_tier());
-  else MESSAGE("this CPU has no AVX2: the AVX2 kernels' tests skipped");
-  if (cpu::has_avx512()) tiers.push_back(avx512_tier());
-  else MESSAGE("this CPU has no AVX-512: the AVX-512 kernels' tests skipped");
+  const std::vector<CpuTier> tiers = executable_tiers();
   const char* digest_file = std::getenv("WEDGE_TIER_DIGESTS");
   std::ostringstream digests;
   for (const CpuTier& tier : tiers) {
