@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/block_cache.h"
+#include "engine/profile.h"
 
 namespace wedge {
 namespace {
@@ -22,8 +23,19 @@ struct HostMemory {
 // The CPU allocator: host memory behind the same caching bookkeeping as CUDA's.
 class CpuCachingAllocator final : public Allocator {
  public:
-  void* allocate(std::size_t bytes) override { return cache_.allocate(bytes); }
-  void deallocate(void* ptr, std::size_t bytes) override { cache_.deallocate(ptr, bytes); }
+  void* allocate(std::size_t bytes) override {
+    if (!profile::active()) return cache_.allocate(bytes);
+    const std::int64_t t0 = profile::now_ns();
+    void* ptr = cache_.allocate(bytes);
+    profile::add_allocation_ns(profile::now_ns() - t0);
+    return ptr;
+  }
+  void deallocate(void* ptr, std::size_t bytes) override {
+    if (!profile::active()) return cache_.deallocate(ptr, bytes);
+    const std::int64_t t0 = profile::now_ns();
+    cache_.deallocate(ptr, bytes);
+    profile::add_allocation_ns(profile::now_ns() - t0);
+  }
   void copy_to_host(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy_from_host(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy_within(void* dst, const void* src, std::size_t bytes) override { std::memmove(dst, src, bytes); }

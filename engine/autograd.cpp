@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "engine/kernel_table.h"
+#include "engine/profile.h"
 
 namespace wedge {
 
@@ -35,6 +36,7 @@ namespace {
 std::shared_ptr<Node> make_node(const std::string& op, const std::vector<Tensor>& inputs) {
   auto node = std::make_shared<Node>();
   node->op = op;
+  node->part = profile::current_part();
   node->inputs.reserve(inputs.size());
   for (const Tensor& t : inputs) {
     Edge e;
@@ -180,6 +182,7 @@ void Tensor::backward(const Tensor& grad) const {
     }
     std::vector<Tensor> g = std::move(found->second);
     pending.erase(found);
+    const profile::BackwardScope part_of_node(node->part);
     std::vector<Tensor> grads = node->backward_multi ? node->backward_multi(g) : node->backward(g[0]);
     if (grads.size() != node->inputs.size())
       throw std::logic_error("autograd: op '" + node->op + "' returned " + std::to_string(grads.size()) +

@@ -41,6 +41,7 @@ struct Node {
   BackwardFn backward;             // the closure of a single-output op, or
   MultiBackwardFn backward_multi;  // that of record_multi_op (any number of outputs, 1 included)
   int num_outputs = 1;
+  const char* part = "";  // the model part it was recorded in (engine/profile.h)
   bool released = false;  // the closure ran (or was dropped) and the graph is gone
 };
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "engine/profile.h"
+
 namespace wedge::models {
 
 namespace {
@@ -42,7 +44,10 @@ Tensor GrassmannMixing::validity_mask(std::int64_t first, std::int64_t L, Device
   return mask;
 }
 
-Tensor GrassmannMixing::forward(const Tensor& h) const { return mix(reduce_.forward(h), 0); }
+Tensor GrassmannMixing::forward(const Tensor& h) const {
+  const profile::Part part("Grassmann mixing");
+  return mix(reduce_.forward(h), 0);
+}
 
 Tensor GrassmannMixing::forward_stream(const Tensor& h, std::int64_t position, Tensor& recent) const {
   const std::int64_t n = h.size(1), w = recent.defined() ? recent.size(1) : 0;
@@ -106,7 +111,10 @@ GrassmannBlock::GrassmannBlock(const LMConfig& c, std::vector<std::int32_t> offs
           register_module("ffn_dropout", std::make_shared<nn::Dropout>(c.dropout, dropout))),
       norm2_(register_module("norm2", std::make_shared<nn::LayerNorm>(c.d_model))) {}
 
-Tensor GrassmannBlock::forward(const Tensor& h_in) const { return after_mixing(h_in, mixing_.forward(h_in)); }
+Tensor GrassmannBlock::forward(const Tensor& h_in) const {
+  const profile::Part part("gate, dropout, norm");  // what the mixing and the FFN leave
+  return after_mixing(h_in, mixing_.forward(h_in));
+}
 
 Tensor GrassmannBlock::forward_stream(const Tensor& h_in, std::int64_t position, Tensor& recent) const {
   return after_mixing(h_in, mixing_.forward_stream(h_in, position, recent));

@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
+
+#include "engine/profile.h"
 
 namespace wedge::models {
 
@@ -134,6 +137,7 @@ Tensor SheafMixer::forward(const Tensor& h, GluingReport& report) const {
   const std::int64_t B = h.size(0), L = h.size(1), E = inner_, N = state_, P = patch_, ds = section_;
   const std::int64_t patches = ceil_div(L, P);
   const Device device = h.device();
+  const profile::Part part("selective scan");
 
   const ScanInputs in = scan_inputs(h, in_, dt_down_, dt_up_, b_proj_, c_proj_);
   const Tensor &u = in.u, &z = in.z, &delta = in.delta, &Bm = in.B, &Cm = in.C;
@@ -144,6 +148,7 @@ Tensor SheafMixer::forward(const Tensor& h, GluingReport& report) const {
   // By linearity, the state h0_p adds C_t · (Π exp(dt A)) h0_p to y_t. At the patch's last
   // token the product is exp(A S_p) with S_p the patch's summed step sizes:
   //   y_last_p = y0_last_p + W_hx c_p ⊙ Σ_n C_last[n] exp(A S_p)[:, n] (W_hb c_p)[n].
+  std::optional<profile::Part> chain_part(std::in_place, "gluing chain");
   const Tensor A = ops::neg(ops::exp(A_log_));                            // (E, N)
   Tensor dt = ops::softplus(delta + dt_bias_);                            // (B, L, E)
   if (patches * P > L) dt = ops::cat({dt, Tensor::zeros({B, patches * P - L, E}, dt.dtype(), device)}, 1);
@@ -208,6 +213,7 @@ Tensor SheafMixer::forward(const Tensor& h, GluingReport& report) const {
 
   // Φ again, now from the glued states h0_p = (W_hx c_p) ⊗ (W_hb c_p).
   const Tensor h0 = ops::unsqueeze(ops::stack(state_x, 1), 3) * ops::unsqueeze(ops::stack(state_b, 1), 2);
+  chain_part.reset();
   // The output gate silu(z) is taken inside the scan (its ungated output is never written).
   const Tensor y = ops::selective_scan(u, delta, A_log_, Bm, Cm, D_skip_, dt_bias_, h0, P, z);
 
@@ -287,6 +293,7 @@ SheafBlock::SheafBlock(const LMConfig& c, Generator& init, Generator& dropout)
 
 Tensor SheafBlock::experts(const Tensor& x, const Tensor& probs_in, const std::vector<std::int32_t>& patch_row,
                            std::vector<double>* count) const {
+  const profile::Part part("experts");
   const std::int64_t d = x.size(2), K = static_cast<std::int64_t>(experts_.size());
   const Tensor probs = ops::reshape(probs_in, {-1, K});
   const std::int64_t rows_of_probs = probs.size(0);
@@ -323,6 +330,7 @@ Tensor SheafBlock::experts(const Tensor& x, const Tensor& probs_in, const std::v
 }
 
 Tensor SheafBlock::forward(const Tensor& h_in, SheafStats& stats) const {
+  const profile::Part part("residual, router, norm");  // what the mixer and the experts leave
   const std::int64_t B = h_in.size(0), L = h_in.size(1), d = h_in.size(2), K = static_cast<std::int64_t>(experts_.size());
   // Pre-LN residual blocks, as in Mamba: the residual stream itself is never normalised,
   // so the scan's small initial outputs add to it instead of being scaled away.

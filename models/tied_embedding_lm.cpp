@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "engine/dtype.h"
+#include "engine/profile.h"
 
 namespace wedge::models {
 
@@ -20,6 +21,7 @@ FeedForward::FeedForward(std::int64_t d_model, std::int64_t d_ff, Generator& ini
       w2_(register_module("w2", std::make_shared<nn::Linear>(d_ff, d_model, init))) {}
 
 Tensor FeedForward::forward(const Tensor& h) const {
+  const profile::Part part("feed-forward");
   return w2_.forward(w1_.forward_gelu(h));
 }
 
@@ -48,6 +50,7 @@ Tensor TiedEmbeddingLM::stream_embed(const Tensor& ids) const {
   const std::string op = fmt::format("{}.forward", config_.model);
   if (ids.dim() != 2) fail(op, "ids must be (batch, length), got " + shape_str(ids.shape()));
   if (ids.dtype() != DType::I32) fail(op, "ids must be int32, got " + ids.str());
+  const profile::Part part("embedding");
   return token_embedding_.forward(ids);
 }
 
@@ -60,11 +63,20 @@ Tensor TiedEmbeddingLM::blocks_of_embedded(const Tensor& h0) {
   if (L < 1 || L > config_.block)
     fail(op, fmt::format("sequence length {} must lie in [1, --block {}]", L, config_.block));
   // h_t = E[x_t] + P[t]
-  return run_blocks(embedding_dropout_.forward(with_positions(h0, 0)));
+  Tensor h;
+  {
+    const profile::Part part("embedding");
+    h = embedding_dropout_.forward(with_positions(h0, 0));
+  }
+  return run_blocks(h);
 }
 
 // Tied head, no final LayerNorm: logits_t = E h_t.
-Tensor TiedEmbeddingLM::forward_embedded(const Tensor& h0) { return ops::linear(blocks_of_embedded(h0), token_embedding_.weight); }
+Tensor TiedEmbeddingLM::forward_embedded(const Tensor& h0) {
+  const Tensor h = blocks_of_embedded(h0);
+  const profile::Part part("head");
+  return ops::linear(h, token_embedding_.weight);
+}
 
 Tensor TiedEmbeddingLM::forward(const Tensor& ids) { return forward_embedded(embed_tokens(ids)); }
 

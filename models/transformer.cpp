@@ -3,6 +3,8 @@
 #include <cmath>
 #include <string>
 
+#include "engine/profile.h"
+
 namespace wedge::models {
 
 SelfAttention::SelfAttention(std::int64_t d_model, std::int64_t heads, Generator& init)
@@ -30,6 +32,7 @@ Tensor SelfAttention::merge_heads(const Tensor& heads_out) const {
 }
 
 Tensor SelfAttention::forward(const Tensor& h) const {
+  const profile::Part part("attention");
   const std::vector<Tensor> qkv = split_heads(h);
   return merge_heads(ops::attention(qkv[0], qkv[1], qkv[2], true));
 }
@@ -71,6 +74,7 @@ Tensor TransformerBlock::feed_forward(const Tensor& h) const {
 }
 
 Tensor TransformerBlock::forward(const Tensor& h_in) const {
+  const profile::Part part("residual, dropout, norm");  // what attention and the FFN leave
   return feed_forward(norm1_.forward(h_in + attention_dropout_.forward(attention_.forward(h_in))));
 }
 

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <numeric>
+#include <optional>
 #include <span>
 
 #include <CLI/CLI.hpp>
@@ -19,6 +21,7 @@
 #include "engine/distributed.h"
 #include "engine/json_field.h"
 #include "engine/optim.h"
+#include "engine/profile.h"
 #include "engine/thread_pool.h"
 #include "kernels/cpu/cpu.h"
 #include "models/memory_check.h"
@@ -30,6 +33,7 @@
 #include "tools/nli_task.h"
 #include "tools/plot.h"
 #include "tools/run_continuation.h"
+#include "tools/step_profile.h"
 #include "tools/trainer.h"
 #include "tools/training_support.h"
 
@@ -539,6 +543,7 @@ void register_bench_step(CLI::App& app) {
   auto warmup = std::make_shared<std::int64_t>(1);
   auto threads = std::make_shared<int>(0);
   auto json = std::make_shared<bool>(false);
+  auto profile = std::make_shared<bool>(false);
   auto device = std::make_shared<std::string>("cpu");
   auto precision = std::make_shared<std::string>("fp32");
   auto nli = std::make_shared<NliFlags>();
@@ -553,6 +558,10 @@ void register_bench_step(CLI::App& app) {
   cmd->add_option("--warmup-steps", *warmup, "Untimed steps first")->check(CLI::Range(0, 1 << 20))->capture_default_str();
   cmd->add_option("--threads", *threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
   cmd->add_flag("--json", *json, "Print one JSON object");
+  cmd->add_flag("--profile", *profile,
+                "Time every kernel call of the timed steps and print where a step's time goes: by kind of work "
+                "(GEMM, attention, layer norm, ...), by model part, and the GEMMs by shape, plus the GEMMs' "
+                "packing, allocation and the host's share (in --json: \"profile\"). CPU only");
   cmd->callback([=] {
     if (*threads > 0) set_num_threads(*threads);
     const MatmulPrecisionGuard precision_scope(parse_precision(*precision));
@@ -564,6 +573,9 @@ void register_bench_step(CLI::App& app) {
     check_task_flags(cmd, "lm");
     models::LMConfig cfg = flags->config();
     const Device dev = Device::parse(*device);
+    if (*profile && !dev.is_cpu())
+      throw CLI::ValidationError("--profile", "times CPU kernels only (CUDA kernels run asynchronously to the host); "
+                                              "drop it or use --device cpu");
     models::check_model_memory(cfg, models::ModelUse::training);
     auto model = models::make_model(cfg);
     model->to(dev);
@@ -572,23 +584,41 @@ void register_bench_step(CLI::App& app) {
     const std::int64_t B = *batch, L = cfg.block, V = cfg.vocab_size;
     Generator gen(cfg.seed + 1);
     std::vector<double> times, flops;
+    std::optional<profile::Profiler> profiler;
+    if (*profile) profiler.emplace();
     for (std::int64_t s = 0; s < *warmup + *steps; ++s) {
+      if (profiler) profiler->set_recording(s >= *warmup);
       std::vector<std::int32_t> ids(B * (L + 1));
       for (auto& v : ids) v = static_cast<std::int32_t>(gen.integer(static_cast<std::uint64_t>(V)));
       Tensor all = Tensor::from_vector(ids, {B, L + 1}).to(dev);
       Tensor x = ops::narrow(all, 1, 0, L).contiguous(), y = ops::narrow(all, 1, 1, L).contiguous();
       const auto t0 = std::chrono::steady_clock::now();
       const std::uint64_t flops0 = ops::matmul_flops();
-      Tensor loss = ops::cross_entropy(ops::reshape(model->forward(x), {B * L, V}), ops::reshape(y, {B * L}));
-      const Tensor aux = model->auxiliary_loss();
-      (aux.defined() ? loss + aux : loss).backward();
-      opt.step(clip_scale(grad_norm(model->parameters()), 1.0));
-      opt.zero_grad();
+      const Tensor logits = model->forward(x);
+      Tensor loss, total;
+      {
+        const profile::Part part("loss");
+        loss = ops::cross_entropy(ops::reshape(logits, {B * L, V}), ops::reshape(y, {B * L}));
+        const Tensor aux = model->auxiliary_loss();
+        total = aux.defined() ? loss + aux : loss;
+      }
+      total.backward();
+      {
+        const profile::Part part("optimizer");
+        opt.step(clip_scale(grad_norm(model->parameters()), 1.0));
+        opt.zero_grad();
+      }
       const double loss_value = loss.item();  // also waits for the device to finish the step
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (s >= *warmup) times.push_back(ms);
       flops.push_back(static_cast<double>(ops::matmul_flops() - flops0));
       if (!*json) fmt::print(stderr, "step {} {:.1f} ms loss {:.4f}\n", s, ms, loss_value);
+    }
+    std::optional<StepProfile> step_profile;
+    if (profiler) {
+      profiler->set_recording(false);
+      step_profile = StepProfile{profiler->report(), *steps,
+                                 std::accumulate(times.begin(), times.end(), 0.0) / double(times.size()), num_threads()};
     }
     std::sort(times.begin(), times.end());
     const double median = times.empty() ? 0 : times[times.size() / 2];
@@ -598,15 +628,17 @@ void register_bench_step(CLI::App& app) {
     const double gflops = median > 0 ? flops.back() / (median / 1000.0) / 1e9 : 0;
     const double peak = dev.is_cpu() ? kernels::measured_gemm_peak_gflops(matmul_precision(), num_threads()) : 0;
     const double mfu = peak > 0 ? gflops / peak : 0;
-    const nlohmann::json j = {{"model", cfg.model},        {"parameters", model->num_parameters()},
-                              {"batch", B},                {"block", L},
-                              {"threads", num_threads()},  {"steps", *steps},
-                              {"device", dev.str()},
-                              {"precision", precision_name(matmul_precision())},
-                              {"kernels", precision_description(matmul_precision(), dev)},
-                              {"step_ms", median},         {"tokens_per_s", tps},
-                              {"gemm_gflops_per_s", gflops}, {"peak_gflops", peak},
-                              {"mfu", mfu},                {"peak_rss_mb", peak_rss_mb()}};
+    nlohmann::json j = {{"model", cfg.model},        {"parameters", model->num_parameters()},
+                        {"batch", B},                {"block", L},
+                        {"threads", num_threads()},  {"steps", *steps},
+                        {"device", dev.str()},
+                        {"precision", precision_name(matmul_precision())},
+                        {"kernels", precision_description(matmul_precision(), dev)},
+                        {"step_ms", median},         {"tokens_per_s", tps},
+                        {"gemm_gflops_per_s", gflops}, {"peak_gflops", peak},
+                        {"mfu", mfu},                {"peak_rss_mb", peak_rss_mb()}};
+    if (step_profile && *json) j["profile"] = profile_json(*step_profile);
+    if (step_profile && !*json) fmt::print("{}\n", profile_table(*step_profile));
     if (*json) fmt::print("{}\n", j.dump());
     else
       fmt::print("{}: median step {:.1f} ms, {:.0f} tokens/s, GEMMs {:.0f} GFLOP/s ({:.0f} % of the measured peak {:.0f}), "

@@ -40,6 +40,7 @@
 #include <new>
 #include <vector>
 
+#include "engine/profile.h"
 #include "engine/thread_pool.h"
 
 namespace wedge::kernels::cpu {
@@ -50,6 +51,21 @@ i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
 
 thread_local ScratchBuffer t_a_block[2];  // shared A block (double-buffered) or private A
 thread_local ScratchBuffer t_b_block;     // this thread's packed B block
+
+// Times one packing call for `wedge bench-step --profile` (thread time; nothing unless a
+// profiler records).
+class PackTimer {
+ public:
+  PackTimer() : t0_(profile::active() ? profile::now_ns() : -1) {}
+  ~PackTimer() {
+    if (t0_ >= 0) profile::add_packing_ns(profile::now_ns() - t0_);
+  }
+  PackTimer(const PackTimer&) = delete;
+  PackTimer& operator=(const PackTimer&) = delete;
+
+ private:
+  std::int64_t t0_;
+};
 
 // One matrix of the batch, with op() already resolved into strides.
 struct MatrixProblem {
@@ -141,6 +157,7 @@ void pack_a_panels(const SgemmMicroKernel& mk, const GemmBlocking& blk, const Ma
   if (first >= last) return;
   const i64 next_kc = worth_prefetching((last - first) * mk.mr, std::min(blk.kc, pr.k - p0 - kc));
   const i64 r = first * mk.mr;
+  const PackTimer timer;
   mk.pack_a(pr.a + (row0 + r) * pr.a_row_stride + p0 * pr.a_col_stride, pr.a_row_stride,
             pr.a_col_stride, std::min(rows, last * mk.mr) - r, kc, next_kc,
             block + first * mk.mr * panel_depth(mk, kc));
@@ -204,6 +221,7 @@ void pack_whole_b(const SgemmMicroKernel& mk, const GemmBlocking& blk, const Mat
     for (i64 cb = 0; cb < col_blocks; ++cb, ++piece) {
       if (piece % team != tid) continue;
       const i64 jc = cb * blk.nc, nc = std::min(blk.nc, pr.n - jc);
+      const PackTimer timer;
       mk.pack_b(pr.b + p0 * pr.b_row_stride + jc * pr.b_col_stride, pr.b_row_stride, pr.b_col_stride, kc, 0, nc,
                 out + (p0 / blk.kc) * slice_floats + (jc / mk.nr) * mk.nr * panel_depth(mk, kc));
     }
@@ -217,8 +235,11 @@ const float* block_of_b(const SgemmMicroKernel& mk, const MatrixProblem& pr, con
   if (whole.panels) return whole.block(mk, p0, kc, jc);
   float* own = t_b_block.get(static_cast<std::size_t>(ceil_div(nc, mk.nr) * mk.nr * panel_depth(mk, kc)));
   g_b_packings.fetch_add(1, std::memory_order_relaxed);
-  mk.pack_b(pr.b + p0 * pr.b_row_stride + jc * pr.b_col_stride, pr.b_row_stride, pr.b_col_stride, kc, next_kc,
-            nc, own);
+  {
+    const PackTimer timer;
+    mk.pack_b(pr.b + p0 * pr.b_row_stride + jc * pr.b_col_stride, pr.b_row_stride, pr.b_col_stride, kc, next_kc,
+              nc, own);
+  }
   return own;
 }
 
@@ -293,8 +314,11 @@ void matrix_rows_streaming(const SgemmMicroKernel& mk, const GemmBlocking& blk,
     for (i64 ap = 0; ap < a_panels; ++ap) {
       const i64 i = ap * mk.mr;
       const int m_valid = static_cast<int>(std::min<i64>(mk.mr, rows - i));
-      mk.pack_a(pr.a + (row0 + i) * pr.a_row_stride + p0 * pr.a_col_stride, pr.a_row_stride,
-                pr.a_col_stride, m_valid, kc, 0, a_panel);
+      {
+        const PackTimer timer;
+        mk.pack_a(pr.a + (row0 + i) * pr.a_row_stride + p0 * pr.a_col_stride, pr.a_row_stride,
+                  pr.a_col_stride, m_valid, kc, 0, a_panel);
+      }
       float* c_row = pr.c + (row0 + i) * pr.ldc;
       for (i64 bp = 0; bp < b_panels; ++bp) {
         prefetch_a_panel(mk, pr, row0 + i + mk.mr, rows - i - mk.mr, p0, kc, bp, b_panels);
