@@ -255,4 +255,133 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return linear_act("linear_gelu", x, weight, bias, kernels::Activation::Gelu);
 }
 
+
+// ---- the tied head and its loss, in row blocks -------------------------------------------
+
+namespace {
+
+// C (m, n) = alpha op(A) op(B) + beta C, A and B contiguous with their natural ld.
+template <typename T>
+void gemm_2d(const std::string& op, const Tensor& on, kernels::Trans ta, kernels::Trans tb, std::int64_t m,
+             std::int64_t n, std::int64_t k, const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
+             std::int64_t ldc, T beta) {
+  kernels::GemmArgs<T> g;
+  g.trans_a = ta;
+  g.trans_b = tb;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.alpha = 1;
+  g.beta = beta;
+  g.a = a;
+  g.lda = lda;
+  g.b = b;
+  g.ldb = ldb;
+  g.c = c;
+  g.ldc = ldc;
+  g.precision = gemm_precision<T>();
+  need(op, table<T>(op, on).gemm, on)(g);
+  count_flops(m, n, k, 1);
+}
+
+}  // namespace
+
+std::int64_t linear_cross_entropy_block_rows(std::int64_t vocab, std::int64_t element_bytes) {
+  // One block of logits in at most 64 MiB (512 rows of a 30,522-token vocabulary in fp32),
+  // a multiple of 64 rows when it holds that many: a fixed function of the shape, so the
+  // sums are the same for any thread count.
+  constexpr std::int64_t kBlockBytes = std::int64_t{64} << 20;
+  const std::int64_t rows = std::max<std::int64_t>(1, kBlockBytes / std::max<std::int64_t>(1, vocab * element_bytes));
+  return rows >= 64 ? rows / 64 * 64 : rows;
+}
+
+Tensor linear_cross_entropy(const Tensor& x_in, const Tensor& weight_in, const Tensor& targets_in, int ignore_index,
+                            std::int64_t block_rows) {
+  const std::string op = "linear_cross_entropy";
+  check_linear(op, x_in, weight_in, Tensor());
+  if (!targets_in.defined() || targets_in.dtype() != DType::I32)
+    fail(op, "targets must be int32, got " + targets_in.str());
+  const std::int64_t d = weight_in.size(1), V = weight_in.size(0);
+  const std::int64_t rows = d == 0 ? 0 : x_in.numel() / d;
+  if (targets_in.numel() != rows)
+    fail(op, "input " + shape_str(x_in.shape()) + " gives " + std::to_string(rows) + " rows but targets " +
+                 shape_str(targets_in.shape()) + " has " + std::to_string(targets_in.numel()));
+  if (V == 0) fail(op, "weight " + shape_str(weight_in.shape()) + " has no classes");
+  if (block_rows < 0) fail(op, "block_rows must be >= 0 (0: chosen from the vocabulary), got " + std::to_string(block_rows));
+  Tensor x, w;
+  {
+    NoGradGuard no_grad;  // views for the kernels; the graph is this op's own node
+    x = reshape(x_in, {rows, d}).contiguous();
+    w = weight_in.contiguous();
+  }
+  const Device device = x.device();
+  // The targets on the host: their range is checked, and each block's share of the mean
+  // is known without reading device scalars back one block at a time.
+  const std::vector<std::int32_t> t_host = targets_in.to(Device::cpu()).contiguous().to_vector<std::int32_t>();
+  for (std::int64_t i = 0; i < rows; ++i)
+    if (t_host[i] != ignore_index && (t_host[i] < 0 || t_host[i] >= V))
+      fail(op, "target " + std::to_string(t_host[i]) + " at row " + std::to_string(i) + " is outside [0, " +
+                   std::to_string(V) + ")");
+  const Tensor targets = targets_in.contiguous().to(device);
+  const std::int64_t R = std::min(std::max<std::int64_t>(rows, 1), block_rows > 0 ? block_rows
+                                                                 : linear_cross_entropy_block_rows(V, std::int64_t(dtype_size(x.dtype()))));
+  const std::int64_t blocks = (rows + R - 1) / R;
+  std::int64_t counted = 0;
+  std::vector<std::int64_t> block_counted(static_cast<std::size_t>(blocks), 0);
+  for (std::int64_t i = 0; i < rows; ++i)
+    if (t_host[i] != ignore_index) ++block_counted[static_cast<std::size_t>(i / R)], ++counted;
+
+  // With a gradient to give, the loss is the last node of the graph, so its gradient with
+  // respect to each block of logits, (softmax - onehot) / count, is known now: each block
+  // goes straight on into gx and gW, and the backward only scales them by the incoming
+  // gradient. No (rows, V) tensor ever exists whole.
+  const bool grad_x = grad_enabled() && x_in.requires_grad();
+  const bool grad_w = grad_enabled() && weight_in.requires_grad();
+  Tensor logits = Tensor::empty({R, V}, x.dtype(), device);
+  Tensor lse = Tensor::empty({R}, x.dtype(), device);
+  Tensor block_loss = Tensor::zeros({blocks}, x.dtype(), device);
+  Tensor block_count = Tensor::empty({blocks}, x.dtype(), device);
+  Tensor total_count = Tensor::full({}, static_cast<double>(counted), x.dtype(), device);
+  Tensor one = Tensor::full({}, 1.0, x.dtype(), device);
+  Tensor gx = grad_x ? Tensor::empty({rows, d}, x.dtype(), device) : Tensor();
+  Tensor gw = grad_w ? Tensor::zeros({V, d}, x.dtype(), device) : Tensor();
+  dispatch_float(op, x, [&](auto tag) {
+    using T = decltype(tag);
+    const auto& tab = table<T>(op, x);
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      const std::int64_t r0 = b * R, n = std::min(R, rows - r0);
+      const T* xb = x.data<T>() + r0 * d;
+      const std::int32_t* tb = targets.data<std::int32_t>() + r0;
+      T* lb = logits.data<T>();
+      gemm_2d<T>(op, x, kernels::Trans::N, kernels::Trans::T, n, V, d, xb, d, w.data<T>(), d, lb, V, T(0));
+      need(op, tab.cross_entropy_forward, x)(lb, tb, n, V, ignore_index, lse.data<T>(), block_loss.data<T>() + b,
+                                            block_count.data<T>() + b);
+      if (!grad_x && !grad_w) continue;
+      // The block's logits become their gradient in place.
+      need(op, tab.cross_entropy_backward, x)(lb, tb, lse.data<T>(), total_count.data<T>(), one.data<T>(), n, V,
+                                             ignore_index, lb);
+      if (grad_x)  // gx rows = G W
+        gemm_2d<T>(op, x, kernels::Trans::N, kernels::Trans::N, n, d, V, lb, V, w.data<T>(), d, gx.data<T>() + r0 * d, d,
+                   T(0));
+      if (grad_w)  // gW += G^T x rows
+        gemm_2d<T>(op, x, kernels::Trans::T, kernels::Trans::N, V, d, n, lb, V, xb, d, gw.data<T>(), d, T(b == 0 ? 0 : 1));
+    }
+  });
+  // The mean over every counted row: each block's mean weighted by its share of them.
+  std::vector<double> shares(static_cast<std::size_t>(blocks), 0.0);
+  for (std::int64_t b = 0; b < blocks; ++b)
+    shares[static_cast<std::size_t>(b)] = counted > 0 ? double(block_counted[static_cast<std::size_t>(b)]) / double(counted) : 0.0;
+  Tensor loss;
+  {
+    NoGradGuard no_grad;
+    loss = sum(mul(block_loss, Tensor::from_vector(shares, {blocks}).to(x.dtype()).to(device)));
+  }
+  return record_op(loss, op, {x_in, weight_in},
+                   [sgx = saved(gx), sgw = saved(gw), shape = x_in.shape()](const Tensor& g) -> std::vector<Tensor> {
+                     const Tensor scale = g.contiguous();
+                     return {sgx.defined() ? reshape(mul(sgx, scale), shape) : Tensor(),
+                             sgw.defined() ? mul(sgw, scale) : Tensor()};
+                   });
+}
+
 }  // namespace wedge::ops

@@ -91,6 +91,17 @@ Tensor log_softmax(const Tensor& x, int dim);
 // logits (N, V) (or (..., V), flattened), targets int32 (N) (or (...)). Mean NLL over
 // targets != ignore_index; a scalar.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int ignore_index = -100);
+// cross_entropy(linear(x, weight), targets, ignore_index) without its logits: the product
+// and the loss run in blocks of `block_rows` rows (0: as many as fit 64 MiB of logits), so
+// a (rows, V) tensor never exists whole -- the tied head of a language model over a 30,522-
+// token vocabulary. When a gradient is wanted, each block's gradients with respect to x
+// and weight are formed in the forward (the loss must then be the graph's last node, as a
+// training objective is; a sum with other terms is fine) and the backward only scales them.
+// The result equals the unfused pair up to the order of the sums.
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets, int ignore_index = -100,
+                            std::int64_t block_rows = 0);
+// The block size linear_cross_entropy chooses for a vocabulary of `vocab` classes.
+std::int64_t linear_cross_entropy_block_rows(std::int64_t vocab, std::int64_t element_bytes);
 // Mean of (pred - target)^2 over all elements; a scalar. pred and target of one shape (no
 // broadcasting), dtype and device; differentiable in both.
 Tensor mse_loss(const Tensor& pred, const Tensor& target);

@@ -127,6 +127,21 @@ std::vector<OpCase> cases() {
     const Tensor t = ids_tensor({1, 0, 2, 2, 1, 0}, {2, 3});
     gradcheck("cross_entropy 3-D", [t](const V& x) { return ops::cross_entropy(x[0], t); }, {input({2, 3, 3}, 68)});
   });
+  add("linear_cross_entropy", "blocks of 2 rows over 5, with ignore", [] {
+    const Tensor t = ids_tensor({2, -100, 0, 6, 3}, {5});
+    gradcheck("linear_cross_entropy blocks", [t](const V& x) { return ops::linear_cross_entropy(x[0], x[1], t, -100, 2); },
+              {input({5, 4}, 80), input({7, 4}, 81)});
+  });
+  add("linear_cross_entropy", "3-D strided input, one block", [] {
+    const Tensor t = ids_tensor({1, 0, 4, 2, 2, 3}, {2, 3});
+    gradcheck("linear_cross_entropy 3-D", [t](const V& x) { return ops::linear_cross_entropy(ops::transpose(x[0], 0, 1), x[1], t); },
+              {input({3, 2, 3}, 82), input({5, 3}, 83, true)});
+  });
+  add("linear_cross_entropy", "every row ignored", [] {
+    const Tensor t = ids_tensor({-100, -100, -100}, {3});
+    gradcheck("linear_cross_entropy ignored", [t](const V& x) { return ops::linear_cross_entropy(x[0], x[1], t, -100, 2); },
+              {input({3, 2}, 84), input({4, 2}, 85)});
+  });
   add("mse_loss", "both inputs", [] { gradcheck("mse_loss", [](const V& x) { return ops::mse_loss(x[0], x[1]); }, {input({3, 4}, 78), input({3, 4}, 79)}); });
   add("mse_loss", "strided pred, constant target", [] {
     const Tensor t = Tensor::randn({4, 3}, 77, 0, 1, DType::F64);
