@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "engine/json_field.h"
+#include "ops/ops.h"
 
 #include "models/grassmann.h"
 #include "models/param_count.h"
@@ -177,6 +178,11 @@ std::unique_ptr<LanguageModel> make_model(const LMConfig& config) {
   if (config.model == "grassmann") return std::make_unique<GrassmannLM>(config);
   if (config.model == "sheaf") return std::make_unique<SheafStateLM>(config);
   throw std::invalid_argument(fmt::format("--model '{}' is unknown", config.model));
+}
+
+Tensor LanguageModel::loss(const Tensor& ids, const Tensor& targets, int ignore_index) {
+  const Tensor logits = forward(ids);
+  return ops::cross_entropy(ops::reshape(logits, {-1, logits.size(-1)}), ops::reshape(targets, {-1}), ignore_index);
 }
 
 }  // namespace wedge::models

@@ -100,6 +100,12 @@ class LanguageModel : public Module {
   // The token states the output head reads, (B, L, d_model): what a frozen backbone hands a
   // sentence-pair classifier (models/nli.h). Causal like forward: state t sees ids[0..t].
   virtual Tensor hidden_states(const Tensor& ids) = 0;
+  // The mean cross-entropy of `targets` (B, L) int32 given ids (B, L), rows whose target
+  // is ignore_index not counted: cross_entropy(forward(ids)), or the same value computed
+  // in less memory (the tied-embedding models run the head and the loss in row blocks,
+  // ops::linear_cross_entropy, so the (B L, V) logits never exist whole). With autograd on,
+  // it must be the objective's last op (a sum with other terms is fine).
+  virtual Tensor loss(const Tensor& ids, const Tensor& targets, int ignore_index = -100);
   virtual const LMConfig& config() const = 0;
   // Parameter count per named part (embeddings, attention/mixing, ffn, norms, ...),
   // for `wedge params`.

@@ -82,6 +82,12 @@ Tensor TiedEmbeddingLM::forward(const Tensor& ids) { return forward_embedded(emb
 
 Tensor TiedEmbeddingLM::hidden_states(const Tensor& ids) { return blocks_of_embedded(embed_tokens(ids)); }
 
+Tensor TiedEmbeddingLM::loss(const Tensor& ids, const Tensor& targets, int ignore_index) {
+  const Tensor h = blocks_of_embedded(embed_tokens(ids));
+  const profile::Part part("head and loss");
+  return ops::linear_cross_entropy(h, token_embedding_.weight, targets, ignore_index);
+}
+
 Tensor TiedEmbeddingLM::with_positions(const Tensor& h, std::int64_t first) const {
   if (position_embedding_ == nullptr) return h;
   return h + ops::narrow(position_embedding_->weight, 0, first, h.size(1));

@@ -41,6 +41,7 @@ class TiedEmbeddingLM : public LanguageModel {
   // ids (B, L) int32, 1 <= L <= block -> logits (B, L, V).
   Tensor forward(const Tensor& ids) final;
   Tensor hidden_states(const Tensor& ids) final;
+  Tensor loss(const Tensor& ids, const Tensor& targets, int ignore_index = -100) final;
   const LMConfig& config() const final { return config_; }
   // One row per parameter group in order of first appearance ("token_embedding",
   // "attention.qkv", "ffn.w1", ...), each summed over all layers.

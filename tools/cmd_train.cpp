@@ -594,15 +594,9 @@ void register_bench_step(CLI::App& app) {
       Tensor x = ops::narrow(all, 1, 0, L).contiguous(), y = ops::narrow(all, 1, 1, L).contiguous();
       const auto t0 = std::chrono::steady_clock::now();
       const std::uint64_t flops0 = ops::matmul_flops();
-      const Tensor logits = model->forward(x);
-      Tensor loss, total;
-      {
-        const profile::Part part("loss");
-        loss = ops::cross_entropy(ops::reshape(logits, {B * L, V}), ops::reshape(y, {B * L}));
-        const Tensor aux = model->auxiliary_loss();
-        total = aux.defined() ? loss + aux : loss;
-      }
-      total.backward();
+      const Tensor loss = model->loss(x, y);
+      const Tensor aux = model->auxiliary_loss();
+      (aux.defined() ? loss + aux : loss).backward();
       {
         const profile::Part part("optimizer");
         opt.step(clip_scale(grad_norm(model->parameters()), 1.0));

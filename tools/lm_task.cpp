@@ -306,13 +306,13 @@ Tensor LmTask::train_piece(std::int64_t k, const StepContext& ctx) {
   const double row_share = static_cast<double>(n) / static_cast<double>(rows);
   // The dropout masks one piece of the whole batch would draw for these rows.
   ctx.dropout.piece(begin, n, rows);
-  Tensor logits = model_.forward(Tensor::from_vector(b.inputs, {n, block_}).to(ctx.device));
+  // The head and the loss in one (the logits of the whole piece never exist at once).
+  Tensor loss = model_.loss(Tensor::from_vector(b.inputs, {n, block_}).to(ctx.device),
+                            Tensor::from_vector(b.targets, {n, block_}).to(ctx.device), data::kIgnoreTarget);
   if (counts) {
     if (!several) batch_totals_ = summed_over_ranks(model_.batch_counts(), ctx.comm);
     model_.use_batch_counts(batch_totals_);
   }
-  Tensor loss = ops::cross_entropy(ops::reshape(logits, {n * block_, -1}),
-                                   Tensor::from_vector(b.targets, {n * block_}).to(ctx.device), data::kIgnoreTarget);
   // The logged loss is the cross-entropy; a model's auxiliary terms (SheafStateLM's
   // gluing energy and expert balance) join it only in the gradient.
   const Tensor aux = model_.auxiliary_loss();

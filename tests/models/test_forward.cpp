@@ -367,3 +367,36 @@ TEST_CASE("dropout: active in training, off in eval, reproducible from the seed"
     CHECK(e1 != a1);
   }
 }
+
+TEST_CASE("loss: the fused head and loss equal cross_entropy of the logits, with the same gradients, for every model") {
+  for (const std::string name : {"transformer", "grassmann", "sheaf"}) {
+    CAPTURE(name);
+    LMConfig c = tiny(name);
+    auto model = models::make_model(c);
+    const std::int64_t B = 3, L = c.block;
+    const Tensor ids = Tensor::from_vector(random_ids(B * L, c.vocab_size, 5), {B, L});
+    std::vector<std::int32_t> t = random_ids(B * L, c.vocab_size, 6);
+    t[4] = t[17] = -100;  // ignored positions
+    const Tensor targets = Tensor::from_vector(t, {B, L});
+    auto gradients = [&](const Tensor& loss) {
+      model->zero_grad();
+      loss.backward();
+      std::vector<std::vector<float>> g;
+      for (const auto& [pname, p] : model->named_parameters())
+        g.push_back(p.grad().defined() ? p.grad().to_vector<float>() : std::vector<float>());
+      return g;
+    };
+    const Tensor logits = model->forward(ids);
+    const Tensor plain = ops::cross_entropy(ops::reshape(logits, {B * L, c.vocab_size}), ops::reshape(targets, {B * L}));
+    const auto g_plain = gradients(plain);
+    const Tensor fused = model->loss(ids, targets);
+    const auto g_fused = gradients(fused);
+    CHECK(fused.item() == doctest::Approx(plain.item()).epsilon(1e-6));
+    REQUIRE(g_fused.size() == g_plain.size());
+    for (std::size_t i = 0; i < g_plain.size(); ++i) {
+      REQUIRE(g_fused[i].size() == g_plain[i].size());
+      for (std::size_t k = 0; k < g_plain[i].size(); ++k)
+        CHECK(g_fused[i][k] == doctest::Approx(g_plain[i][k]).epsilon(1e-4).scale(1e-6));
+    }
+  }
+}
