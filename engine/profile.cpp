@@ -73,7 +73,7 @@ Phase phase_now() {
 }
 
 struct Cell {
-  std::int64_t ns = 0, calls = 0;
+  std::int64_t ns = 0, calls = 0, packing_ns = 0;
 };
 
 struct GemmKey {
@@ -110,7 +110,7 @@ void record(KernelId id, std::int64_t ns) {
   ++c.calls;
 }
 
-void record_gemm(std::int64_t ns, const kernels::GemmArgs<float>& g) {
+void record_gemm(std::int64_t ns, std::int64_t packing_ns, const kernels::GemmArgs<float>& g) {
   record(KernelId::gemm, ns);
   const int flags = (g.trans_a == kernels::Trans::T ? kTransA : 0) | (g.trans_b == kernels::Trans::T ? kTransB : 0) |
                     (g.bias != nullptr ? kBias : 0) | (g.act == kernels::Activation::Gelu ? kGelu : 0) |
@@ -119,6 +119,7 @@ void record_gemm(std::int64_t ns, const kernels::GemmArgs<float>& g) {
   std::lock_guard<std::mutex> lock(r.mutex);
   Cell& c = r.gemms[GemmKey{g.m, g.n, g.k, g.batch, flags, t_part}];
   c.ns += ns;
+  c.packing_ns += packing_ns;
   ++c.calls;
 }
 
@@ -151,11 +152,14 @@ struct Timed<id, Member, void (*)(A...)> {
     using Table = typename MemberOf<decltype(Member)>::table;
     const auto kernel = real_table<Table>()->*Member;
     if (!g_recording.load(std::memory_order_relaxed)) return kernel(args...);
+    // One kernel runs at a time (the ops call them from one thread), so the packing time
+    // added during this call is this call's.
+    const std::int64_t packing0 = g_packing_ns.load(std::memory_order_relaxed);
     const std::int64_t t0 = now_ns();
     kernel(args...);
     const std::int64_t ns = now_ns() - t0;
     if constexpr (id == KernelId::gemm) {
-      record_gemm(ns, args...);
+      record_gemm(ns, g_packing_ns.load(std::memory_order_relaxed) - packing0, args...);
     } else {
       record(id, ns);
     }
@@ -280,6 +284,7 @@ Report Profiler::report() const {
     g.part = part;
     g.calls += cell.calls;
     g.ms += ms_of(cell.ns);
+    g.packing_ms += ms_of(cell.packing_ns);
     g.flops += 2.0 * double(key.m) * double(key.n) * double(key.k) * double(key.batch) * double(cell.calls);
   }
   for (auto& [key, g] : groups) out.gemms.push_back(g);

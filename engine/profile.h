@@ -80,7 +80,8 @@ struct GemmGroup {
   std::string part;
   std::int64_t calls = 0;
   double ms = 0;
-  double flops = 0;  // 2 m n k batch, summed over the calls
+  double packing_ms = 0;  // of its operands, summed over the threads that packed
+  double flops = 0;       // 2 m n k batch, summed over the calls
 };
 
 // Totals since the profiler started (or was reset), in milliseconds.

@@ -69,12 +69,13 @@ std::string profile_table(const StepProfile& p, std::size_t gemm_rows) {
                      share(host_ms(p)));
   out += "\n";
   rows_table(out, "model part", p.report.parts, p);
-  out += fmt::format("\n{:<30} {:<14} {:<24} {:>6} {:>9} {:>7} {:>9}\n", "GEMM m x n x k", "op(A)op(B)", "part", "calls",
-                     "ms", "share", "GFLOP/s");
+  out += fmt::format("\n{:<30} {:<14} {:<24} {:>6} {:>9} {:>7} {:>9} {:>8}\n", "GEMM m x n x k", "op(A)op(B)", "part",
+                     "calls", "ms", "share", "GFLOP/s", "packing");
   for (std::size_t i = 0; i < std::min(gemm_rows, p.report.gemms.size()); ++i) {
     const auto& g = p.report.gemms[i];
-    out += fmt::format("{:<30} {:<14} {:<24} {:>6.0f} {:>9.2f} {:>6.1f}% {:>9.1f}\n", gemm_shape(g), gemm_op(g), g.part,
-                       double(g.calls) / n, g.ms / n, share(g.ms / n), g.ms > 0 ? g.flops / (g.ms / 1e3) / 1e9 : 0);
+    out += fmt::format("{:<30} {:<14} {:<24} {:>6.0f} {:>9.2f} {:>6.1f}% {:>9.1f} {:>7.0f}%\n", gemm_shape(g), gemm_op(g),
+                       g.part, double(g.calls) / n, g.ms / n, share(g.ms / n), g.ms > 0 ? g.flops / (g.ms / 1e3) / 1e9 : 0,
+                       g.ms > 0 ? 100 * g.packing_ms / p.threads / g.ms : 0);
   }
   if (p.report.gemms.size() > gemm_rows)
     out += fmt::format("({} more GEMM shapes in --json)\n", p.report.gemms.size() - gemm_rows);
@@ -97,6 +98,7 @@ nlohmann::json profile_json(const StepProfile& p) {
                      {"part", g.part},
                      {"calls", double(g.calls) / n},
                      {"ms", g.ms / n},
+                     {"packing_thread_ms", g.packing_ms / n},
                      {"gflops_per_s", g.ms > 0 ? g.flops / (g.ms / 1e3) / 1e9 : 0}});
   return {{"steps", p.steps},
           {"step_ms", p.step_ms},

@@ -153,5 +153,8 @@ TEST_CASE("profile: the GEMM's packing is timed when the packed kernels run, and
                       kernels::cpu::best_sgemm_microkernel() != nullptr;
   if (packed) CHECK(report.packing_ms > 0);
   else CHECK(report.packing_ms == 0);
+  // All of it happened in the one GEMM, and is its group's.
+  REQUIRE(report.gemms.size() == 1);
+  CHECK(report.gemms[0].packing_ms == doctest::Approx(report.packing_ms));
   CHECK_FALSE(profile::active());
 }
