@@ -260,19 +260,22 @@ Report Profiler::report() const {
   Records& r = records();
   std::lock_guard<std::mutex> lock(r.mutex);
   Report out;
-  std::map<std::string, Row> kernels, kinds, parts;
+  std::map<std::string, Row> kernels, kinds, parts, part_kinds;
   std::int64_t total_ns = 0;
   for (const auto& [key, cell] : r.kernels) {
     const auto [id, phase, part] = key;
     const auto kid = static_cast<KernelId>(id);
     add_to(kernels[std::string(kernels::kernel_name(kid))], phase, cell);
     add_to(kinds[std::string(kind_of(kid))], phase, cell);
-    add_to(parts[*part != '\0' ? part : "(unnamed)"], phase, cell);
+    const std::string part_name = *part != '\0' ? part : "(unnamed)";
+    add_to(parts[part_name], phase, cell);
+    add_to(part_kinds[part_name + ": " + std::string(kind_of(kid))], phase, cell);
     total_ns += cell.ns;
   }
   out.kernels = sorted(kernels);
   out.kinds = sorted(kinds);
   out.parts = sorted(parts);
+  out.part_kinds = sorted(part_kinds);
   // Groups whose part pointers differ but whose names agree are one group.
   std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, std::string>, GemmGroup> groups;
   for (const auto& [key, cell] : r.gemms) {

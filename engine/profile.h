@@ -89,6 +89,7 @@ struct Report {
   std::vector<Row> kernels;      // per kernel, by time (descending)
   std::vector<Row> kinds;        // per kind of work, by time
   std::vector<Row> parts;        // per model part, by time ("(unnamed)" for none)
+  std::vector<Row> part_kinds;   // per (model part, kind of work), named "part: kind", by time
   std::vector<GemmGroup> gemms;  // per GEMM shape and part, by time
   double kernel_ms = 0;          // all kernels
   double packing_ms = 0;         // GEMM packing, summed over threads (inside kernel_ms)

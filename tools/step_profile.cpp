@@ -44,10 +44,10 @@ nlohmann::json rows_json(const std::vector<profile::Row>& rows, const StepProfil
 
 void rows_table(std::string& out, const char* title, const std::vector<profile::Row>& rows, const StepProfile& p) {
   const double n = double(p.steps);
-  out += fmt::format("{:<26} {:>9} {:>9} {:>9} {:>9} {:>7} {:>8}\n", title, "forward", "backward", "other", "total",
+  out += fmt::format("{:<36} {:>9} {:>9} {:>9} {:>9} {:>7} {:>8}\n", title, "forward", "backward", "other", "total",
                      "share", "calls");
   for (const auto& r : rows)
-    out += fmt::format("{:<26} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>6.1f}% {:>8.0f}\n", r.name, r.forward_ms / n,
+    out += fmt::format("{:<36} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>6.1f}% {:>8.0f}\n", r.name, r.forward_ms / n,
                        r.backward_ms / n, r.other_ms / n, r.ms() / n, p.step_ms > 0 ? 100 * r.ms() / n / p.step_ms : 0,
                        double(r.calls) / n);
 }
@@ -61,14 +61,18 @@ std::string profile_table(const StepProfile& p, std::size_t gemm_rows) {
                                 "outside forward and backward: the optimizer, the loss value)\n",
                                 p.steps, p.step_ms);
   rows_table(out, "kind of work", p.report.kinds, p);
-  out += fmt::format("{:<26} {:>39.2f} {:>6.1f}%   (the GEMMs' packing, thread time / {} threads)\n", "  of which packing",
+  out += fmt::format("{:<36} {:>39.2f} {:>6.1f}%   (the GEMMs' packing, thread time / {} threads)\n", "  of which packing",
                      p.report.packing_ms / n / p.threads, share(p.report.packing_ms / n / p.threads), p.threads);
-  out += fmt::format("{:<26} {:>39.2f} {:>6.1f}%\n", "allocation", p.report.allocation_ms / n,
+  out += fmt::format("{:<36} {:>39.2f} {:>6.1f}%\n", "allocation", p.report.allocation_ms / n,
                      share(p.report.allocation_ms / n));
-  out += fmt::format("{:<26} {:>39.2f} {:>6.1f}%   (autograd, op dispatch, the rest)\n", "host", host_ms(p),
+  out += fmt::format("{:<36} {:>39.2f} {:>6.1f}%   (autograd, op dispatch, the rest)\n", "host", host_ms(p),
                      share(host_ms(p)));
   out += "\n";
   rows_table(out, "model part", p.report.parts, p);
+  out += "\n";
+  std::vector<profile::Row> top(p.report.part_kinds.begin(),
+                                p.report.part_kinds.begin() + std::min<std::ptrdiff_t>(14, std::ssize(p.report.part_kinds)));
+  rows_table(out, "part: kind of work", top, p);
   out += fmt::format("\n{:<30} {:<14} {:<24} {:>6} {:>9} {:>7} {:>9} {:>8}\n", "GEMM m x n x k", "op(A)op(B)", "part",
                      "calls", "ms", "share", "GFLOP/s", "packing");
   for (std::size_t i = 0; i < std::min(gemm_rows, p.report.gemms.size()); ++i) {
@@ -108,6 +112,7 @@ nlohmann::json profile_json(const StepProfile& p) {
           {"host_ms", host_ms(p)},
           {"kinds", rows_json(p.report.kinds, p)},
           {"parts", rows_json(p.report.parts, p)},
+          {"part_kinds", rows_json(p.report.part_kinds, p)},
           {"kernels", rows_json(p.report.kernels, p)},
           {"gemms", gemms}};
 }
