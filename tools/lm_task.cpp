@@ -150,11 +150,17 @@ EvalResult evaluate(models::LanguageModel& model, const std::vector<std::int32_t
     if (i % ranks != me) continue;
     const data::LmBatch b = batcher.eval_batch(i);
     const auto rows = static_cast<std::int64_t>(b.rows), L = static_cast<std::int64_t>(b.block);
-    Tensor logits = model.forward(Tensor::from_vector(b.inputs, {rows, L}).to(device));
-    Tensor loss = ops::cross_entropy(ops::reshape(logits, {rows * L, -1}),
-                                     Tensor::from_vector(b.targets, {rows * L}).to(device), data::kIgnoreTarget);
+    const Tensor inputs = Tensor::from_vector(b.inputs, {rows, L}).to(device);
+    const Tensor targets = Tensor::from_vector(b.targets, {rows, L}).to(device);
+    Tensor loss;
+    if (probes.empty()) {
+      loss = model.loss(inputs, targets, data::kIgnoreTarget);  // the logits never whole
+    } else {  // the probes read the logits
+      Tensor logits = model.forward(inputs);
+      loss = ops::cross_entropy(ops::reshape(logits, {rows * L, -1}), ops::reshape(targets, {rows * L}), data::kIgnoreTarget);
+      score_probes(b, logits, probes, sheaf, tally, gluing);
+    }
     nll_sum += loss.item() * static_cast<double>(b.predicted_tokens);
-    if (!probes.empty()) score_probes(b, logits, probes, sheaf, tally, gluing);
     r.tokens += static_cast<std::int64_t>(b.predicted_tokens);
     accumulate_diagnostics(r.diagnostics, model.diagnostics());
   }
