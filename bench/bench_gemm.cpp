@@ -118,6 +118,8 @@ const Shape kShapes[] = {
     {"logits NT", 4096, 30522, 256, Trans::N, Trans::T, 1},
     {"logits NN", 4096, 30522, 256, Trans::N, Trans::N, 1},
     {"wgrad TN", 256, 256, 4096, Trans::T, Trans::N, 1},
+    {"ffn_wgrad TN", 1024, 256, 4096, Trans::T, Trans::N, 1},
+    {"head_wgrad TN", 30522, 256, 512, Trans::T, Trans::N, 1},
     {"wgrad NT", 256, 256, 4096, Trans::N, Trans::T, 1},
     {"attn QK^T x128", 128, 128, 64, Trans::N, Trans::T, 128},
     {"attn PV x128", 128, 64, 128, Trans::N, Trans::N, 128},
