@@ -33,7 +33,9 @@ std::string_view kind_of(KernelId id) {
     case KernelId::cross_entropy_forward:
     case KernelId::cross_entropy_backward: return "cross-entropy";
     case KernelId::layer_norm_forward:
-    case KernelId::layer_norm_backward: return "layer norm";
+    case KernelId::layer_norm_backward:
+    case KernelId::residual_layer_norm_forward:
+    case KernelId::residual_layer_norm_backward: return "layer norm";
     case KernelId::embedding_forward:
     case KernelId::embedding_backward: return "embedding";
     case KernelId::dropout_forward:

@@ -18,10 +18,20 @@ LayerNorm::LayerNorm(std::int64_t dim, double eps) : eps_(eps) {
   beta = register_parameter("beta", Tensor::zeros({dim}));
 }
 
+Dropout::Draw Dropout::draw(std::int64_t n) const {
+  if (!is_training() || p_ == 0.0) return {};
+  const std::uint64_t offset = gen_->reserve(static_cast<std::uint64_t>(n));
+  return {p_, gen_->seed(), offset};
+}
+
 Tensor Dropout::forward(const Tensor& x) const {
-  if (!is_training() || p_ == 0.0) return x;
-  const std::uint64_t offset = gen_->reserve(static_cast<std::uint64_t>(x.numel()));
-  return ops::dropout(x, p_, true, gen_->seed(), offset);
+  const Draw d = draw(x.numel());
+  return d.p == 0.0 ? x : ops::dropout(x, d.p, true, d.seed, d.offset);
+}
+
+ops::ResidualNorm LayerNorm::forward_residual(const Tensor& x, const Tensor& y, const Dropout& dropout) const {
+  const Dropout::Draw d = dropout.draw(y.numel());
+  return ops::residual_layer_norm(x, y, gamma, beta, d.p, d.seed, d.offset, eps_);
 }
 
 }  // namespace wedge::nn

@@ -30,17 +30,6 @@ class Embedding : public Module {
   Tensor weight;
 };
 
-// LayerNorm over the last axis with affine gamma = 1, beta = 0.
-class LayerNorm : public Module {
- public:
-  explicit LayerNorm(std::int64_t dim, double eps = 1e-5);
-  Tensor forward(const Tensor& x) const { return ops::layer_norm(x, gamma, beta, eps_); }
-  Tensor gamma, beta;
-
- private:
-  double eps_;
-};
-
 // Inverted dropout; draws its mask counters from the Generator it was given, so a run is
 // reproducible from its seed. Identity in eval mode.
 class Dropout : public Module {
@@ -48,10 +37,32 @@ class Dropout : public Module {
   Dropout(double p, Generator& gen) : p_(p), gen_(&gen) {}
   Tensor forward(const Tensor& x) const;
   double p() const { return p_; }
+  // What one forward over n elements uses: the Generator's next n counters and p, or
+  // p = 0 (keep everything, nothing drawn) in eval mode or when p is 0.
+  struct Draw {
+    double p = 0.0;
+    std::uint64_t seed = 0, offset = 0;
+  };
+  Draw draw(std::int64_t n) const;
 
  private:
   double p_;
   Generator* gen_;
+};
+
+// LayerNorm over the last axis with affine gamma = 1, beta = 0.
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(std::int64_t dim, double eps = 1e-5);
+  Tensor forward(const Tensor& x) const { return ops::layer_norm(x, gamma, beta, eps_); }
+  // The residual connection into this norm, fused (ops::residual_layer_norm): sum =
+  // x + dropout.forward(y), out = forward(sum), the same values and the same dropout
+  // counters as written apart.
+  ops::ResidualNorm forward_residual(const Tensor& x, const Tensor& y, const Dropout& dropout) const;
+  Tensor gamma, beta;
+
+ private:
+  double eps_;
 };
 
 }  // namespace wedge::nn

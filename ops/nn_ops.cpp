@@ -154,15 +154,25 @@ Tensor mse_loss(const Tensor& pred, const Tensor& target) {
 
 // ---- layer norm --------------------------------------------------------------------------------
 
-Tensor layer_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, double eps) {
-  check_floating("layer_norm", x_in);
-  check_same("layer_norm", {x_in, gamma, beta});
-  if (x_in.dim() < 1) fail("layer_norm", "needs at least one axis, got " + x_in.str());
-  const std::int64_t D = x_in.size(-1);
+namespace {
+
+// x and gamma/beta as layer_norm checks them; returns D.
+std::int64_t check_layer_norm_operands(const char* op, const Tensor& x, const Tensor& gamma, const Tensor& beta) {
+  check_floating(op, x);
+  check_same(op, {x, gamma, beta});
+  if (x.dim() < 1) fail(op, "needs at least one axis, got " + x.str());
+  const std::int64_t D = x.size(-1);
   for (const Tensor* p : {&gamma, &beta})
     if (p->defined() && (p->dim() != 1 || p->size(0) != D))
-      fail("layer_norm", "affine parameter " + shape_str(p->shape()) + " does not match the normalised axis of " +
-                             shape_str(x_in.shape()));
+      fail(op, "affine parameter " + shape_str(p->shape()) + " does not match the normalised axis of " +
+                   shape_str(x.shape()));
+  return D;
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, double eps) {
+  const std::int64_t D = check_layer_norm_operands("layer_norm", x_in, gamma, beta);
   Tensor x = x_in.contiguous();
   Tensor g = gamma.defined() ? gamma.contiguous() : Tensor();
   Tensor b = beta.defined() ? beta.contiguous() : Tensor();
@@ -219,6 +229,57 @@ Tensor dropout(const Tensor& x_in, double p, bool training, std::uint64_t seed, 
     });
     return {gx};
   });
+}
+
+// ---- residual + dropout + layer norm --------------------------------------------------------
+
+ResidualNorm residual_layer_norm(const Tensor& x_in, const Tensor& y_in, const Tensor& gamma, const Tensor& beta,
+                                 double p, std::uint64_t seed, std::uint64_t offset, double eps) {
+  const std::int64_t D = check_layer_norm_operands("residual_layer_norm", x_in, gamma, beta);
+  check_same("residual_layer_norm", {x_in, y_in});
+  if (x_in.shape() != y_in.shape())
+    fail("residual_layer_norm", "x " + shape_str(x_in.shape()) + " and y " + shape_str(y_in.shape()) +
+                                    " must have the same shape");
+  if (!(p >= 0.0 && p <= 1.0))
+    fail("residual_layer_norm", "dropout probability must be in [0, 1], got " + std::to_string(p));
+  Tensor x = x_in.contiguous(), y = y_in.contiguous();
+  Tensor g = gamma.defined() ? gamma.contiguous() : Tensor();
+  Tensor b = beta.defined() ? beta.contiguous() : Tensor();
+  const std::int64_t rows = D == 0 ? 0 : x.numel() / D;
+  Tensor sum = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor mean = Tensor::empty({rows}, x.dtype(), x.device());
+  Tensor rstd = Tensor::empty({rows}, x.dtype(), x.device());
+  const auto pf = static_cast<float>(p);
+  dispatch_float("residual_layer_norm", x, [&](auto tag) {
+    using T = decltype(tag);
+    if (rows > 0)
+      need("residual_layer_norm", table<T>("residual_layer_norm", x).residual_layer_norm_forward, x)(
+          x.data<T>(), y.data<T>(), g.defined() ? g.data<T>() : nullptr, b.defined() ? b.data<T>() : nullptr, rows, D,
+          pf, seed, offset, static_cast<T>(eps), sum.data<T>(), out.data<T>(), mean.data<T>(), rstd.data<T>());
+  });
+  std::vector<Tensor> outputs = record_multi_op(
+      {sum, out}, "residual_layer_norm", {x_in, y_in, gamma, beta},
+      [ss = saved(sum), sg = saved(g), has_beta = b.defined(), mean, rstd, rows, D, pf, seed,
+       offset](const std::vector<Tensor>& grads) -> std::vector<Tensor> {
+        // An output no gradient reached reads as zeros: gs is simply absent; gout zeros.
+        Tensor gs = grads[0].defined() ? grads[0].contiguous() : Tensor();
+        Tensor gout = grads[1].defined() ? grads[1].contiguous() : Tensor::zeros(ss.shape(), ss.dtype(), ss.device());
+        Tensor gx = Tensor::empty(ss.shape(), ss.dtype(), ss.device());
+        Tensor gy = Tensor::empty(ss.shape(), ss.dtype(), ss.device());
+        Tensor gg = sg.defined() ? Tensor::empty({D}, ss.dtype(), ss.device()) : Tensor();
+        Tensor gb = has_beta ? Tensor::empty({D}, ss.dtype(), ss.device()) : Tensor();
+        dispatch_float("residual_layer_norm", ss, [&](auto tag) {
+          using T = decltype(tag);
+          if (rows == 0) return;
+          need("residual_layer_norm", table<T>("residual_layer_norm", ss).residual_layer_norm_backward, ss)(
+              ss.data<T>(), sg.defined() ? sg.data<T>() : nullptr, mean.data<T>(), rstd.data<T>(), gout.data<T>(),
+              gs.defined() ? gs.data<T>() : nullptr, rows, D, pf, seed, offset, gx.data<T>(), gy.data<T>(),
+              gg.defined() ? gg.data<T>() : nullptr, gb.defined() ? gb.data<T>() : nullptr);
+        });
+        return {gx, gy, gg, gb};
+      });
+  return {outputs[0], outputs[1]};
 }
 
 // ---- gated fusion --------------------------------------------------------------------------------

@@ -110,6 +110,16 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
 // Inverted dropout. The mask of element i is philox(seed, offset + i); callers draw
 // (seed, offset) from their Generator (engine/rng.h). Identity when !training or p == 0.
 Tensor dropout(const Tensor& x, double p, bool training, std::uint64_t seed, std::uint64_t offset);
+// A residual connection and the layer norm after it, in one pass: sum = x + dropout(y)
+// (the dropout of ops::dropout with p, seed, offset; p == 0 keeps everything) and
+// out = layer_norm(sum, gamma, beta, eps), x and y of one shape. Both are differentiable:
+// a pre-norm block reads sum as its residual stream, a post-norm block only out. The values
+// are those of the three ops apart, bit for bit on the CPU.
+struct ResidualNorm {
+  Tensor sum, out;
+};
+ResidualNorm residual_layer_norm(const Tensor& x, const Tensor& y, const Tensor& gamma, const Tensor& beta, double p,
+                                 std::uint64_t seed, std::uint64_t offset, double eps = 1e-5);
 // Gated fusion, one pass: sigmoid(a) * x + (1 - sigmoid(a)) * y (a, x, y of one shape).
 Tensor gate_mix(const Tensor& a, const Tensor& x, const Tensor& y);
 // q, k, v (B, H, L, dh) -> (B, H, L, dh). softmax(q k^T / sqrt(dh) [+ causal mask]) v.

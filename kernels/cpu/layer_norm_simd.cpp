@@ -8,6 +8,11 @@
 // do not depend on the thread count (and, each column being its own sum, ggamma and gbeta
 // do not depend on the width either).
 //
+// The residual pair (s = x + dropout(y), then the norm of s) runs the same row code: the
+// forward drops and adds one row into s (dropout_simd.h) and normalises it while it is in
+// L1; the backward's sweep adds the gradient that reaches s directly to each row of gx and
+// drops that row into gy. So each is bit for bit the kernels run apart.
+//
 // Row tails go through masked loads and stores, which neither read nor write past the row.
 #include "kernels/cpu/simd.h"
 
@@ -16,6 +21,7 @@
 #include <vector>
 
 #include "engine/thread_pool.h"
+#include "kernels/cpu/dropout_simd.h"
 #include "kernels/cpu/isa.h"
 
 namespace wedge::kernels::cpu::WEDGE_SIMD_ISA {
@@ -23,53 +29,57 @@ namespace {
 
 i64 row_grain(i64 D) { return D >= 2048 ? 1 : 2048 / (D < 1 ? 1 : D) + 1; }
 
-}  // namespace
-
-void layer_norm_forward(const float* x, const float* gamma, const float* beta, i64 rows, i64 D,
-                        float eps, float* y, float* mean, float* rstd) {
-  parallel_for(0, rows, row_grain(D), [&](i64 r0, i64 r1) {
-    for (i64 r = r0; r < r1; ++r) {
-      const float* xr = x + r * D;
-      float* yr = y + r * D;
-      // Two accumulators over pairs of vectors, the tail into the first.
-      vf s0 = zero(), s1 = zero();
-      i64 j = 0;
-      for (; j + 2 * kLanes <= D; j += 2 * kLanes) {
-        s0 = add(s0, load(xr + j));
-        s1 = add(s1, load(xr + j + kLanes));
-      }
-      for (; j < D; j += kLanes) s0 = add(s0, load_first(xr + j, D - j));
-      const float mu = hsum(add(s0, s1)) / float(D);
-      const vf vmu = set1(mu);
-      vf q0 = zero(), q1 = zero();
-      for (j = 0; j + 2 * kLanes <= D; j += 2 * kLanes) {
-        const vf d0 = sub(load(xr + j), vmu);
-        const vf d1 = sub(load(xr + j + kLanes), vmu);
-        q0 = fmadd(d0, d0, q0);
-        q1 = fmadd(d1, d1, q1);
-      }
-      for (; j < D; j += kLanes) {
-        // The lanes past the row read 0, and 0 - mean is not 0: mask the deviation.
-        const vf d = keep(first_lanes(D - j), sub(load_first(xr + j, D - j), vmu));
-        q0 = fmadd(d, d, q0);
-      }
-      const float var = hsum(add(q0, q1)) / float(D);
-      const float inv_std = float(1.0 / std::sqrt(double(var) + double(eps)));
-      const vf vinv = set1(inv_std);
-      for (j = 0; j < D; j += kLanes) {
-        vf out = mul(sub(load_first(xr + j, D - j), vmu), vinv);
-        if (gamma) out = mul(out, load_first(gamma + j, D - j));
-        if (beta) out = add(out, load_first(beta + j, D - j));
-        store_first(yr + j, D - j, out);
-      }
-      mean[r] = mu;
-      rstd[r] = inv_std;
-    }
-  });
+// v, through an empty asm: the compiler cannot contract the multiply that made v into the
+// add that uses it.
+inline vf rounded(vf v) {
+  asm("" : "+v"(v));
+  return v;
 }
 
-void layer_norm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
-                         const float* gy, i64 rows, i64 D, float* gx, float* ggamma, float* gbeta) {
+// One row: y = the normalised x (times gamma, plus beta), its mean and 1 / std.
+inline void normalise_row(const float* xr, const float* gamma, const float* beta, i64 D, float eps, float* yr,
+                          float& mean, float& rstd) {
+  // Two accumulators over pairs of vectors, the tail into the first.
+  vf s0 = zero(), s1 = zero();
+  i64 j = 0;
+  for (; j + 2 * kLanes <= D; j += 2 * kLanes) {
+    s0 = add(s0, load(xr + j));
+    s1 = add(s1, load(xr + j + kLanes));
+  }
+  for (; j < D; j += kLanes) s0 = add(s0, load_first(xr + j, D - j));
+  const float mu = hsum(add(s0, s1)) / float(D);
+  const vf vmu = set1(mu);
+  vf q0 = zero(), q1 = zero();
+  for (j = 0; j + 2 * kLanes <= D; j += 2 * kLanes) {
+    const vf d0 = sub(load(xr + j), vmu);
+    const vf d1 = sub(load(xr + j + kLanes), vmu);
+    q0 = fmadd(d0, d0, q0);
+    q1 = fmadd(d1, d1, q1);
+  }
+  for (; j < D; j += kLanes) {
+    // The lanes past the row read 0, and 0 - mean is not 0: mask the deviation.
+    const vf d = keep(first_lanes(D - j), sub(load_first(xr + j, D - j), vmu));
+    q0 = fmadd(d, d, q0);
+  }
+  const float var = hsum(add(q0, q1)) / float(D);
+  const float inv_std = float(1.0 / std::sqrt(double(var) + double(eps)));
+  const vf vinv = set1(inv_std);
+  for (j = 0; j < D; j += kLanes) {
+    vf out = mul(sub(load_first(xr + j, D - j), vmu), vinv);
+    if (gamma) out = mul(out, load_first(gamma + j, D - j));
+    if (beta) out = add(out, load_first(beta + j, D - j));
+    store_first(yr + j, D - j, out);
+  }
+  mean = mu;
+  rstd = inv_std;
+}
+
+// The backward sweep of layer_norm_backward (which see), with the residual pair's extras:
+// gs (may be null) is added to each row of the input gradient, which goes to gx, or to a
+// row of scratch when gx is null; finish_row(r, row) then sees the finished row.
+template <typename FinishRow>
+void backward_sweep(const float* x, const float* gamma, const float* mean, const float* rstd, const float* gy,
+                    const float* gs, i64 rows, i64 D, float* gx, float* ggamma, float* gbeta, FinishRow finish_row) {
   // gx_d = rstd (g_d - mean(g) - xhat_d mean(g xhat)),  g = gy * gamma, per row; and the
   // column sums ggamma_d = sum_rows gy_d xhat_d, gbeta_d = sum_rows gy_d in the same sweep:
   // each chunk of kChunkRows rows adds its rows, in order, into its own double partials
@@ -82,6 +92,7 @@ void layer_norm_backward(const float* x, const float* gamma, const float* mean, 
   std::vector<double> partial(columns ? static_cast<std::size_t>(chunks * 2 * D) : 0);
   const i64 grain = std::max<i64>(1, row_grain(D) / kChunkRows);
   parallel_for(0, chunks, grain, [&](i64 c0, i64 c1) {
+    std::vector<float> scratch(gx ? 0 : static_cast<std::size_t>(D));
     for (i64 c = c0; c < c1; ++c) {
       double* part_gamma = columns ? partial.data() + c * 2 * D : nullptr;
       double* part_beta = columns ? part_gamma + D : nullptr;
@@ -89,7 +100,8 @@ void layer_norm_backward(const float* x, const float* gamma, const float* mean, 
       for (i64 r = c * kChunkRows; r < std::min(rows, (c + 1) * kChunkRows); ++r) {
         const float* xr = x + r * D;
         const float* gyr = gy + r * D;
-        float* gxr = gx + r * D;
+        float* gxr = gx ? gx + r * D : scratch.data();
+        const float* gsr = gs ? gs + r * D : nullptr;
         const vf vmu = set1(mean[r]), vrstd = set1(rstd[r]);
         vf sum_g = zero(), sum_gx = zero();
         for (i64 j = 0; j < D; j += kLanes) {
@@ -109,7 +121,10 @@ void layer_norm_backward(const float* x, const float* gamma, const float* mean, 
           const vf xhat = mul(sub(xv, vmu), vrstd);
           const vf g = gamma ? mul(gyv, load_first(gamma + j, D - j)) : gyv;
           const vf inner = fnmadd(xhat, mean_gx, sub(g, mean_g));
-          store_first(gxr + j, D - j, mul(vrstd, inner));
+          vf gxv = mul(vrstd, inner);
+          // Rounded before gs is added (no fused multiply-add), as when autograd adds them.
+          if (gsr) gxv = add(rounded(gxv), load_first(gsr + j, D - j));
+          store_first(gxr + j, D - j, gxv);
           if (!columns) continue;
           // This row's column terms, in double (xhat from the float statistics, as the
           // reference forms it), added into the chunk's partials kDoubleLanes columns at a
@@ -123,6 +138,7 @@ void layer_norm_backward(const float* x, const float* gamma, const float* mean, 
             store_first(part_beta + k, n, add(gd, load_first(part_beta + k, n)));
           }
         }
+        finish_row(r, gxr);
       }
     }
   });
@@ -144,6 +160,53 @@ void layer_norm_backward(const float* x, const float* gamma, const float* mean, 
       }
       if (ggamma) store_first(ggamma + j, D - j, narrow(gamma_lo, gamma_hi));
       if (gbeta) store_first(gbeta + j, D - j, narrow(beta_lo, beta_hi));
+    }
+  });
+}
+
+}  // namespace
+
+void layer_norm_forward(const float* x, const float* gamma, const float* beta, i64 rows, i64 D,
+                        float eps, float* y, float* mean, float* rstd) {
+  parallel_for(0, rows, row_grain(D), [&](i64 r0, i64 r1) {
+    for (i64 r = r0; r < r1; ++r) normalise_row(x + r * D, gamma, beta, D, eps, y + r * D, mean[r], rstd[r]);
+  });
+}
+
+void layer_norm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
+                         const float* gy, i64 rows, i64 D, float* gx, float* ggamma, float* gbeta) {
+  backward_sweep(x, gamma, mean, rstd, gy, nullptr, rows, D, gx, ggamma, gbeta, [](i64, const float*) {});
+}
+
+void residual_layer_norm_forward(const float* x, const float* y, const float* gamma, const float* beta, i64 rows,
+                                 i64 D, float p, std::uint64_t seed, std::uint64_t offset, float eps, float* s,
+                                 float* out, float* mean, float* rstd) {
+  const double scale = dropout_scale(p);
+  parallel_for(0, rows, row_grain(D), [&](i64 r0, i64 r1) {
+    for (i64 r = r0; r < r1; ++r) {
+      const float *xr = x + r * D, *yr = y + r * D;
+      float* sr = s + r * D;
+      // s = x + dropout(y): the row dropped into s, then x added (p == 0 adds y itself).
+      if (p > 0.0f) dropout_span(yr, sr, D, p, scale, seed, offset + static_cast<std::uint64_t>(r * D));
+      const float* dropped = p > 0.0f ? sr : yr;
+      for (i64 j = 0; j < D; j += kLanes)
+        store_first(sr + j, D - j, add(load_first(xr + j, D - j), load_first(dropped + j, D - j)));
+      normalise_row(sr, gamma, beta, D, eps, out + r * D, mean[r], rstd[r]);
+    }
+  });
+}
+
+void residual_layer_norm_backward(const float* s, const float* gamma, const float* mean, const float* rstd,
+                                  const float* gout, const float* gs, i64 rows, i64 D, float p, std::uint64_t seed,
+                                  std::uint64_t offset, float* gx, float* gy, float* ggamma, float* gbeta) {
+  const double scale = dropout_scale(p);
+  backward_sweep(s, gamma, mean, rstd, gout, gs, rows, D, gx, ggamma, gbeta, [&](i64 r, const float* gsum) {
+    if (!gy) return;
+    float* gyr = gy + r * D;
+    if (p > 0.0f) {
+      dropout_span(gsum, gyr, D, p, scale, seed, offset + static_cast<std::uint64_t>(r * D));
+    } else {
+      for (i64 j = 0; j < D; j += kLanes) store_first(gyr + j, D - j, load_first(gsum + j, D - j));
     }
   });
 }

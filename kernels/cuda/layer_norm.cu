@@ -9,6 +9,12 @@
 // two-stage reduction: stage one cuts the rows into chunks and writes one partial sum per
 // (chunk, column) to scratch, stage two sums the partials per column (reduce.cu), each in
 // a fixed order.
+//
+// The residual pair (s = x + dropout(y), out = the norm of s) is the same kernels with a
+// prologue and an epilogue: the forward forms each element of s from x, y and its Philox
+// draw (engine/philox.h, as dropout.cu) on its way into the row sum; the input-gradient
+// kernel adds the gradient that reaches s directly and drops the sum into gy.
+#include "engine/philox.h"
 #include "kernels/cuda/entries.cuh"
 
 namespace wedge::kernels::WEDGE_CUDA_NS {
@@ -16,15 +22,11 @@ namespace layer_norm_impl {
 
 // Two passes over the row (mean first, then squared deviations from it): no
 // cancellation as in E[x^2] - E[x]^2. The row is re-read from cache, not from DRAM.
-__global__ void layer_norm_forward_kernel(const float* x, const float* gamma, const float* beta, i64 D,
-                                          float eps, float* y, float* mean, float* rstd) {
-  const i64 row = blockIdx.x;
-  const float* xr = x + row * D;
-  float* yr = y + row * D;
+// `sum` is this thread's share of the row's sum (elements threadIdx.x, + blockDim.x, ...).
+__device__ void normalise_row(const float* xr, const float* gamma, const float* beta, i64 D, float eps, float sum,
+                              float* yr, float* mean, float* rstd) {
+  const float mu = block_sum(sum) / static_cast<float>(D);
   float local = 0.0f;
-  for (i64 d = threadIdx.x; d < D; d += blockDim.x) local += xr[d];
-  const float mu = block_sum(local) / static_cast<float>(D);
-  local = 0.0f;
   for (i64 d = threadIdx.x; d < D; d += blockDim.x) {
     const float dev = xr[d] - mu;
     local += dev * dev;
@@ -37,18 +39,53 @@ __global__ void layer_norm_forward_kernel(const float* x, const float* gamma, co
     yr[d] = scale * xhat + shift;
   }
   if (threadIdx.x == 0) {
-    mean[row] = mu;
-    rstd[row] = inv_std;
+    *mean = mu;
+    *rstd = inv_std;
   }
 }
 
+__global__ void layer_norm_forward_kernel(const float* x, const float* gamma, const float* beta, i64 D,
+                                          float eps, float* y, float* mean, float* rstd) {
+  const i64 row = blockIdx.x;
+  const float* xr = x + row * D;
+  float local = 0.0f;
+  for (i64 d = threadIdx.x; d < D; d += blockDim.x) local += xr[d];
+  normalise_row(xr, gamma, beta, D, eps, local, y + row * D, mean + row, rstd + row);
+}
+
+// x * keep / (1 - p) for the element at Philox index `index` (dropout.cu's rounding).
+__device__ __forceinline__ float dropped(float x, float p, double scale, std::uint64_t seed, std::uint64_t index) {
+  return ::wedge::philox_uniform(seed, index) >= p ? static_cast<float>(static_cast<double>(x) * scale) : 0.0f;
+}
+
+// s = x + dropout(y) element by element (each thread re-reads only what it wrote), then
+// the norm of s.
+__global__ void residual_layer_norm_forward_kernel(const float* x, const float* y, const float* gamma,
+                                                   const float* beta, i64 D, float p, double scale,
+                                                   std::uint64_t seed, std::uint64_t offset, float eps, float* s,
+                                                   float* out, float* mean, float* rstd) {
+  const i64 row = blockIdx.x;
+  float local = 0.0f;
+  for (i64 d = threadIdx.x; d < D; d += blockDim.x) {
+    const i64 i = row * D + d;
+    const float yd = p > 0.0f ? dropped(y[i], p, scale, seed, offset + static_cast<std::uint64_t>(i)) : y[i];
+    const float sd = x[i] + yd;
+    s[i] = sd;
+    local += sd;
+  }
+  normalise_row(s + row * D, gamma, beta, D, eps, local, out + row * D, mean + row, rstd + row);
+}
+
 // gx_d = rstd * (g_d - mean(g) - xhat_d * mean(g * xhat)),  g_d = gy_d * gamma_d
+// For the residual pair, gs (may be null) is added to gx_d, gx may be null, and gdrop
+// (may be null) receives dropout of the sum.
 __global__ void layer_norm_input_grad_kernel(const float* x, const float* gamma, const float* mean,
-                                             const float* rstd, const float* gy, i64 D, float* gx) {
+                                             const float* rstd, const float* gy, const float* gs, i64 D,
+                                             float p, double scale, std::uint64_t seed, std::uint64_t offset,
+                                             float* gx, float* gdrop) {
   const i64 row = blockIdx.x;
   const float* xr = x + row * D;
   const float* gyr = gy + row * D;
-  float* gxr = gx + row * D;
   const float mu = mean[row], inv_std = rstd[row];
   float local_g = 0.0f, local_gx = 0.0f;
   for (i64 d = threadIdx.x; d < D; d += blockDim.x) {
@@ -59,9 +96,13 @@ __global__ void layer_norm_input_grad_kernel(const float* x, const float* gamma,
   const float mean_g = block_sum(local_g) / static_cast<float>(D);
   const float mean_gx = block_sum(local_gx) / static_cast<float>(D);
   for (i64 d = threadIdx.x; d < D; d += blockDim.x) {
+    const i64 i = row * D + d;
     const float g = gyr[d] * (gamma != nullptr ? gamma[d] : 1.0f);
     const float xhat = (xr[d] - mu) * inv_std;
-    gxr[d] = inv_std * (g - mean_g - xhat * mean_gx);
+    float sum = inv_std * (g - mean_g - xhat * mean_gx);
+    if (gs != nullptr) sum += gs[i];
+    if (gx != nullptr) gx[i] = sum;
+    if (gdrop != nullptr) gdrop[i] = p > 0.0f ? dropped(sum, p, scale, seed, offset + static_cast<std::uint64_t>(i)) : sum;
   }
 }
 
@@ -102,31 +143,15 @@ __global__ void layer_norm_param_grad_kernel(const float* x, const float* mean, 
   }
 }
 
-}  // namespace layer_norm_impl
-
-using namespace layer_norm_impl;
-
-void layer_norm_forward(const float* x, const float* gamma, const float* beta, i64 rows, i64 D,
-                        float eps, float* y, float* mean, float* rstd) {
-  if (rows <= 0 || D <= 0) return;
-  WEDGE_LAUNCH(grid_1d(rows), launch::row_threads(D), 0, layer_norm_forward_kernel)(
-      x, gamma, beta, D, eps, y, mean, rstd);
-  check_launch("layer_norm_forward_kernel");
-}
-
-void layer_norm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
-                         const float* gy, i64 rows, i64 D, float* gx, float* ggamma, float* gbeta) {
-  if (D <= 0) return;
+// The parameter gradients of either backward: column sums over the rows.
+void param_grads(const float* x, const float* mean, const float* rstd, const float* gy, i64 rows, i64 D,
+                 float* ggamma, float* gbeta) {
+  if (ggamma == nullptr && gbeta == nullptr) return;
   if (rows <= 0) {  // no rows: the parameter gradients are empty sums
     if (ggamma != nullptr) fill(ggamma, 0.0f, D);
     if (gbeta != nullptr) fill(gbeta, 0.0f, D);
     return;
   }
-  WEDGE_LAUNCH(grid_1d(rows), launch::row_threads(D), 0, layer_norm_input_grad_kernel)(
-      x, gamma, mean, rstd, gy, D, gx);
-  check_launch("layer_norm_input_grad_kernel");
-  if (ggamma == nullptr && gbeta == nullptr) return;
-
   const i64 tiles = launch::ceil_div(D, launch::kColumnTileX);
   const launch::SplitPlan plan = launch::plan_splits(rows, tiles, launch::kColumnReduceMinChunk);
   const dim3 block(launch::kColumnTileX, launch::kColumnTileY);
@@ -144,6 +169,52 @@ void layer_norm_backward(const float* x, const float* gamma, const float* mean, 
   check_launch("layer_norm_param_grad_kernel");
   if (ggamma != nullptr) sum_middle_axis(gamma_part.get(), ggamma, 1, plan.splits, D);
   if (gbeta != nullptr) sum_middle_axis(beta_part.get(), gbeta, 1, plan.splits, D);
+}
+
+double dropout_scale(float p) { return p < 1.0f ? 1.0 / (1.0 - static_cast<double>(p)) : 0.0; }
+
+}  // namespace layer_norm_impl
+
+using namespace layer_norm_impl;
+
+void layer_norm_forward(const float* x, const float* gamma, const float* beta, i64 rows, i64 D,
+                        float eps, float* y, float* mean, float* rstd) {
+  if (rows <= 0 || D <= 0) return;
+  WEDGE_LAUNCH(grid_1d(rows), launch::row_threads(D), 0, layer_norm_forward_kernel)(
+      x, gamma, beta, D, eps, y, mean, rstd);
+  check_launch("layer_norm_forward_kernel");
+}
+
+void layer_norm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
+                         const float* gy, i64 rows, i64 D, float* gx, float* ggamma, float* gbeta) {
+  if (D <= 0) return;
+  if (rows > 0) {
+    WEDGE_LAUNCH(grid_1d(rows), launch::row_threads(D), 0, layer_norm_input_grad_kernel)(
+        x, gamma, mean, rstd, gy, nullptr, D, 0.0f, 1.0, 0, 0, gx, nullptr);
+    check_launch("layer_norm_input_grad_kernel");
+  }
+  param_grads(x, mean, rstd, gy, rows, D, ggamma, gbeta);
+}
+
+void residual_layer_norm_forward(const float* x, const float* y, const float* gamma, const float* beta, i64 rows,
+                                 i64 D, float p, std::uint64_t seed, std::uint64_t offset, float eps, float* s,
+                                 float* out, float* mean, float* rstd) {
+  if (rows <= 0 || D <= 0) return;
+  WEDGE_LAUNCH(grid_1d(rows), launch::row_threads(D), 0, residual_layer_norm_forward_kernel)(
+      x, y, gamma, beta, D, p, dropout_scale(p), seed, offset, eps, s, out, mean, rstd);
+  check_launch("residual_layer_norm_forward_kernel");
+}
+
+void residual_layer_norm_backward(const float* s, const float* gamma, const float* mean, const float* rstd,
+                                  const float* gout, const float* gs, i64 rows, i64 D, float p, std::uint64_t seed,
+                                  std::uint64_t offset, float* gx, float* gy, float* ggamma, float* gbeta) {
+  if (D <= 0) return;
+  if (rows > 0 && (gx != nullptr || gy != nullptr)) {
+    WEDGE_LAUNCH(grid_1d(rows), launch::row_threads(D), 0, layer_norm_input_grad_kernel)(
+        s, gamma, mean, rstd, gout, gs, D, p, dropout_scale(p), seed, offset, gx, gy);
+    check_launch("layer_norm_input_grad_kernel");
+  }
+  param_grads(s, mean, rstd, gout, rows, D, ggamma, gbeta);
 }
 
 }  // namespace wedge::kernels::WEDGE_CUDA_NS

@@ -1,7 +1,11 @@
 // Layer normalisation over the last axis of (rows, D):
 //   mean = (1/D) sum_d x_d,   var = (1/D) sum_d (x_d - mean)^2   (biased, as in the paper)
 //   rstd = 1 / sqrt(var + eps),   xhat_d = (x_d - mean) * rstd,   y_d = gamma_d xhat_d + beta_d
+//
+// The residual pair is the definition written out: the dropout and layer norm reference
+// kernels applied in turn (the fused CPU and CUDA kernels are checked against it).
 #include <cmath>
+#include <vector>
 
 #include "kernels/ref/ref.h"
 
@@ -67,10 +71,42 @@ void layer_norm_backward(const T* x, const T* gamma, const T* mean, const T* rst
   // course 08 end
 }
 
-#define WEDGE_REF_INSTANTIATE(T)                                                                   \
-  template void layer_norm_forward<T>(const T*, const T*, const T*, i64, i64, T, T*, T*, T*);      \
-  template void layer_norm_backward<T>(const T*, const T*, const T*, const T*, const T*, i64, i64, \
-                                       T*, T*, T*);
+// s = x + dropout(y), out = layer_norm(s).
+template <typename T>
+void residual_layer_norm_forward(const T* x, const T* y, const T* gamma, const T* beta, i64 rows,
+                                 i64 D, float p, std::uint64_t seed, std::uint64_t offset, T eps,
+                                 T* s, T* out, T* mean, T* rstd) {
+  const i64 n = rows * D;
+  dropout_forward(y, s, n, p, seed, offset);
+  for (i64 i = 0; i < n; ++i) s[i] = T(x[i] + s[i]);
+  layer_norm_forward(s, gamma, beta, rows, D, eps, out, mean, rstd);
+}
+
+// gsum = (layer norm backward of gout) + gs; gx = gsum, gy = dropout_backward(gsum).
+template <typename T>
+void residual_layer_norm_backward(const T* s, const T* gamma, const T* mean, const T* rstd,
+                                  const T* gout, const T* gs, i64 rows, i64 D, float p,
+                                  std::uint64_t seed, std::uint64_t offset, T* gx, T* gy, T* ggamma,
+                                  T* gbeta) {
+  const i64 n = rows * D;
+  std::vector<T> gsum(static_cast<std::size_t>(n));
+  layer_norm_backward(s, gamma, mean, rstd, gout, rows, D, gsum.data(), ggamma, gbeta);
+  if (gs != nullptr)
+    for (i64 i = 0; i < n; ++i) gsum[i] = T(gsum[i] + gs[i]);
+  if (gx != nullptr)
+    for (i64 i = 0; i < n; ++i) gx[i] = gsum[i];
+  if (gy != nullptr) dropout_backward(gsum.data(), gy, n, p, seed, offset);
+}
+
+#define WEDGE_REF_INSTANTIATE(T)                                                                      \
+  template void layer_norm_forward<T>(const T*, const T*, const T*, i64, i64, T, T*, T*, T*);         \
+  template void layer_norm_backward<T>(const T*, const T*, const T*, const T*, const T*, i64, i64,    \
+                                       T*, T*, T*);                                                   \
+  template void residual_layer_norm_forward<T>(const T*, const T*, const T*, const T*, i64, i64, float, \
+                                               std::uint64_t, std::uint64_t, T, T*, T*, T*, T*);      \
+  template void residual_layer_norm_backward<T>(const T*, const T*, const T*, const T*, const T*,       \
+                                                const T*, i64, i64, float, std::uint64_t,             \
+                                                std::uint64_t, T*, T*, T*, T*);
 WEDGE_REF_INSTANTIATE(float)
 WEDGE_REF_INSTANTIATE(double)
 #undef WEDGE_REF_INSTANTIATE

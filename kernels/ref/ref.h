@@ -21,7 +21,8 @@ using std::int32_t;
 // written there (T = float or double), defined in the file of its family:
 //   gemm.cpp        gemm, bias_act_backward          elementwise.cpp  fill, unary, unary_backward, binary
 //   reduce.cpp      reduce, sum_squares              softmax.cpp      softmax_*, cross_entropy_*
-//   layer_norm.cpp  layer_norm_*                     embedding.cpp    embedding_*
+//   layer_norm.cpp  layer_norm_*, residual_layer_norm_*
+//   embedding.cpp   embedding_*
 //   dropout.cpp     dropout_*                        attention.cpp    attention_*
 //   plucker.cpp     plucker_*, plucker_mean_*        gate_mix.cpp     gate_mix_*
 //   adam.cpp        adam_update                      memory.cpp       strided_copy, cast (type-blind)

@@ -143,7 +143,7 @@ struct Backend {
 
 // The harness check that covers a kernel; a forward kernel and its backward share one.
 enum class Check { gemm, bias_act, fill_unary, binary, dropout, gate_mix, selective_scan, adam, reduce, softmax,
-                   cross_entropy, layer_norm, embedding, attention, attention_decode, plucker, memory, tree_sum };
+                   cross_entropy, layer_norm, residual_layer_norm, embedding, attention, attention_decode, plucker, memory, tree_sum };
 
 // One kernel call with its operands in one backend's memory (freed with the Call).
 class Call {
@@ -356,6 +356,33 @@ inline void layer_norm_backward(Call& c) {
   float* gbeta = c.out<float>(std::size_t(kModel));
   c.run = [&c, o, gy, gx, ggamma, gbeta] {
     c.k.layer_norm_backward(o.x, o.gamma, o.mean, o.rstd, gy, kTokens, kModel, gx, ggamma, gbeta);
+  };
+}
+// The residual pair over the same (tokens, d): x + dropout(y) normalised.
+inline void residual_layer_norm_forward(Call& c) {
+  const LayerNormOperands o = layer_norm_operands(c);
+  const float* y = c.in(values(kTokens * kModel, 50));
+  float* sum = c.out<float>(std::size_t(kTokens * kModel));
+  float* out = c.out<float>(std::size_t(kTokens * kModel));
+  c.run = [&c, o, y, sum, out] {
+    c.k.residual_layer_norm_forward(o.x, y, o.gamma, o.beta, kTokens, kModel, 0.1f, 1234, 5, 1e-5f, sum, out, o.mean,
+                                    o.rstd);
+  };
+}
+inline void residual_layer_norm_backward(Call& c) {
+  const LayerNormOperands o = layer_norm_operands(c);
+  std::vector<float> scratch(std::size_t(kTokens * kModel));
+  float* out = c.in(scratch);
+  c.k.layer_norm_forward(o.x, o.gamma, o.beta, kTokens, kModel, 1e-5f, out, o.mean, o.rstd);
+  const float* gout = c.in(values(kTokens * kModel, 51));
+  const float* gs = c.in(values(kTokens * kModel, 52));
+  float* gx = c.out<float>(std::size_t(kTokens * kModel));
+  float* gy = c.out<float>(std::size_t(kTokens * kModel));
+  float* ggamma = c.out<float>(std::size_t(kModel));
+  float* gbeta = c.out<float>(std::size_t(kModel));
+  c.run = [&c, o, gout, gs, gx, gy, ggamma, gbeta] {
+    c.k.residual_layer_norm_backward(o.x, o.gamma, o.mean, o.rstd, gout, gs, kTokens, kModel, 0.1f, 1234, 5, gx, gy,
+                                     ggamma, gbeta);
   };
 }
 inline void embedding_forward(Call& c) {
@@ -585,6 +612,8 @@ inline const KernelCase kernel_cases[] = {
     {KernelId::cross_entropy_backward, Check::cross_entropy, "128x30522", prepare::cross_entropy_backward},
     {KernelId::layer_norm_forward, Check::layer_norm, "1024x256", prepare::layer_norm_forward},
     {KernelId::layer_norm_backward, Check::layer_norm, "1024x256", prepare::layer_norm_backward},
+    {KernelId::residual_layer_norm_forward, Check::residual_layer_norm, "1024x256 p 0.1", prepare::residual_layer_norm_forward},
+    {KernelId::residual_layer_norm_backward, Check::residual_layer_norm, "1024x256 p 0.1", prepare::residual_layer_norm_backward},
     {KernelId::embedding_forward, Check::embedding, "1024 of 30522x256", prepare::embedding_forward},
     {KernelId::embedding_backward, Check::embedding, "1024 into 30522x256", prepare::embedding_backward},
     {KernelId::dropout_forward, Check::dropout, "2^20, p 0.1", prepare::dropout_forward},

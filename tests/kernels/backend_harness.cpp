@@ -104,6 +104,16 @@ const Tolerance kTolerances[] = {
     {KernelId::layer_norm_backward, "gx", {1e-5, 1e-4}, "a difference of nearly equal row sums"},
     {KernelId::layer_norm_backward, "gamma beta", {1e-6, 1e-5, 1e-6},
      "float sums over `rows` terms, in another fixed order"},
+    {KernelId::residual_layer_norm_forward, "sum", kSameBits,
+     "x + dropout(y): the same mask, the same double scaling, one float addition; f64: a double backend rounds the "
+     "sum once, the float reference the dropped value and the sum (terms |x| + |y| / (1 - p) <= 16)",
+     Bound{2e-6, 0, 0}},
+    {KernelId::residual_layer_norm_forward, "out", {1e-5, 1e-5}, "as layer_norm_forward's y, of the sum"},
+    {KernelId::residual_layer_norm_forward, "mean", {1e-6, 1e-6}, "as layer_norm_forward's mean"},
+    {KernelId::residual_layer_norm_forward, "rstd", {0, 1e-5}, "as layer_norm_forward's rstd"},
+    {KernelId::residual_layer_norm_backward, "gx gy", {1e-5, 1e-4},
+     "layer_norm_backward's gx, plus gs (one addition), and for gy dropped with the double scaling"},
+    {KernelId::residual_layer_norm_backward, "gamma beta", {1e-6, 1e-5, 1e-6}, "as layer_norm_backward's"},
     {KernelId::embedding_forward, nullptr, kSameBits, "a copy"},
     {KernelId::embedding_backward, nullptr, kSameBits,
      "float sums in the reference's order (increasing position); f64: the float reference rounds each of the n "
@@ -1274,6 +1284,76 @@ void check_layer_norm(Suite<T>& s) {
   }
 }
 
+// ---- residual + dropout + layer norm ----------------------------------------------------------------
+
+// Offsets of every residue mod 4 (dropout's Philox blocks start part-way through a row);
+// with and without the gradient that reaches the sum directly; gx or gy not wanted.
+template <typename T>
+void check_residual_layer_norm(Suite<T>& s) {
+  struct Shape { i64 rows, D; };
+  std::vector<Shape> shapes = {{1, 1}, {7, 33}, {5, 256}, {300, 33}, {3, 1000}, {70, 65}};
+  if (s.large()) append(shapes, {{300, 256}, {2, 1037}});
+  if (s.full()) shapes.push_back({4096, 256});
+  struct Variant { float p; std::uint64_t offset; bool affine, with_gs, want_gx, want_gy; };
+  const Variant variants[] = {{0.3f, 5, true, true, true, true},  {0.0f, 0, true, false, true, true},
+                              {0.5f, 2, false, true, false, true}, {0.1f, (std::uint64_t(1) << 40) + 7, true, true, true, false}};
+  std::uint64_t seed = 950;
+  for (const Shape& sh : shapes) {
+    for (const Variant& v : variants) {
+      const std::size_t size = std::size_t(sh.rows * sh.D), rows = std::size_t(sh.rows), D = std::size_t(sh.D);
+      const std::uint64_t key = 0x5eed0000ULL + seed;
+      auto x = random_floats(size, seed++, -3.0f, 5.0f), y = random_floats(size, seed++, -2.0f, 2.0f);
+      auto gamma = random_floats(D, seed++, 0.5f, 1.5f), beta = random_floats(D, seed++);
+      const float* gp = v.affine ? gamma.data() : nullptr;
+      const float* bp = v.affine ? beta.data() : nullptr;
+      const float eps = 1e-5f;
+      std::vector<float> sum_ref(size), out_ref(size), mean_ref(rows), rstd_ref(rows);
+      s.ref.residual_layer_norm_forward(x.data(), y.data(), gp, bp, sh.rows, sh.D, v.p, key, v.offset, eps,
+                                        sum_ref.data(), out_ref.data(), mean_ref.data(), rstd_ref.data());
+      auto gout = random_floats(size, seed++), gs = random_floats(size, seed++);
+      std::vector<float> gx_ref(size), gy_ref(size), gg_ref(D), gb_ref(D);
+      s.ref.residual_layer_norm_backward(sum_ref.data(), gp, mean_ref.data(), rstd_ref.data(), gout.data(),
+                                         v.with_gs ? gs.data() : nullptr, sh.rows, sh.D, v.p, key, v.offset,
+                                         gx_ref.data(), gy_ref.data(), gg_ref.data(), gb_ref.data());
+      const std::string what = "residual_layer_norm " + shape_str({sh.rows, sh.D}) + " p=" + std::to_string(v.p) +
+                               " offset " + std::to_string(v.offset) + (v.affine ? "" : " no affine") +
+                               (v.with_gs ? " with gs" : "");
+      auto got = run_twice(
+          [&] {
+            auto dx = s.put(x), dy = s.put(y), dgamma = s.put(gamma), dbeta = s.put(beta);
+            auto dsum = s.put(nans(size)), dout = s.put(nans(size)), dmean = s.put(nans(rows)),
+                 drstd = s.put(nans(rows));
+            s.dev.residual_layer_norm_forward(dx.get(), dy.get(), v.affine ? dgamma.get() : nullptr,
+                                              v.affine ? dbeta.get() : nullptr, sh.rows, sh.D, v.p, key, v.offset,
+                                              T(eps), dsum.get(), dout.get(), dmean.get(), drstd.get());
+            // backward from the reference's sum and statistics, so it is judged on its own
+            auto dsum_ref = s.put(sum_ref), dmean_ref = s.put(mean_ref), drstd_ref = s.put(rstd_ref);
+            auto dgout = s.put(gout), dgs = s.put(gs);
+            auto dgx = s.put(nans(size)), dgy = s.put(nans(size)), dgg = s.put(nans(D)), dgb = s.put(nans(D));
+            s.dev.residual_layer_norm_backward(dsum_ref.get(), v.affine ? dgamma.get() : nullptr, dmean_ref.get(),
+                                               drstd_ref.get(), dgout.get(), v.with_gs ? dgs.get() : nullptr, sh.rows,
+                                               sh.D, v.p, key, v.offset, v.want_gx ? dgx.get() : nullptr,
+                                               v.want_gy ? dgy.get() : nullptr, dgg.get(), dgb.get());
+            return std::vector<std::vector<float>>{dsum.download(), dout.download(), dmean.download(),
+                                                   drstd.download(), dgx.download(), dgy.download(),
+                                                   dgg.download(), dgb.download()};
+          },
+          what);
+      s.expect(KernelId::residual_layer_norm_forward, "sum", got[0], sum_ref, what + " sum");
+      s.expect(KernelId::residual_layer_norm_forward, "out", got[1], out_ref, what + " out");
+      s.expect(KernelId::residual_layer_norm_forward, "mean", got[2], mean_ref, what + " mean");
+      s.expect(KernelId::residual_layer_norm_forward, "rstd", got[3], rstd_ref, what + " rstd");
+      // An output not wanted is not written: it is still NaN.
+      if (v.want_gx) s.expect(KernelId::residual_layer_norm_backward, "gx gy", got[4], gx_ref, what + " gx");
+      else CHECK_MESSAGE(std::all_of(got[4].begin(), got[4].end(), [](float f) { return std::isnan(f); }), what << " wrote gx");
+      if (v.want_gy) s.expect(KernelId::residual_layer_norm_backward, "gx gy", got[5], gy_ref, what + " gy");
+      else CHECK_MESSAGE(std::all_of(got[5].begin(), got[5].end(), [](float f) { return std::isnan(f); }), what << " wrote gy");
+      s.expect(KernelId::residual_layer_norm_backward, "gamma beta", got[6], gg_ref, what + " ggamma", double(sh.rows));
+      s.expect(KernelId::residual_layer_norm_backward, "gamma beta", got[7], gb_ref, what + " gbeta", double(sh.rows));
+    }
+  }
+}
+
 // ---- embedding --------------------------------------------------------------------------------------
 
 template <typename T>
@@ -1688,6 +1768,7 @@ void run_check(Check check, Suite<T>& s) {
     case Check::softmax: return check_softmax(s);
     case Check::cross_entropy: return check_cross_entropy(s);
     case Check::layer_norm: return check_layer_norm(s);
+    case Check::residual_layer_norm: return check_residual_layer_norm(s);
     case Check::embedding: return check_embedding(s);
     case Check::attention: return check_attention(s);
     case Check::attention_decode: return check_attention_decode(s);

@@ -151,6 +151,9 @@ std::vector<OpCase> cases() {
   add("layer_norm", "no affine, strided", [] { gradcheck("layer_norm plain", [](const V& x) { return ops::layer_norm(x[0], Tensor(), Tensor(), 1e-5); }, {input({4, 3}, 72, true)}); });
   add("layer_norm", "D = 1", [] { gradcheck("layer_norm D=1", [](const V& x) { return ops::layer_norm(x[0], x[1], x[2], 1e-5); }, {input({3, 1}, 73), input({1}, 74), input({1}, 75)}); });
   add("dropout", "p = 0.3 fixed mask", [] { gradcheck("dropout", [](const V& x) { return ops::dropout(x[0], 0.3, true, 77, 5); }, {input({4, 6}, 76)}); });
+  add("residual_layer_norm", "affine, p = 0.3, both outputs", [] { gradcheck("residual_layer_norm", [](const V& x) { const auto r = ops::residual_layer_norm(x[0], x[1], x[2], x[3], 0.3, 77, 5); return ops::add(r.out, ops::tanh(r.sum)); }, {input({3, 7}, 78), input({3, 7}, 79), input({7}, 80, false, 1.0), input({7}, 81)}); });
+  add("residual_layer_norm", "no affine, strided, only out", [] { gradcheck("residual_layer_norm out", [](const V& x) { return ops::residual_layer_norm(x[0], x[1], Tensor(), Tensor(), 0.0, 1, 0).out; }, {input({2, 3, 4}, 82), input({2, 3, 4}, 83, true)}); });
+  add("residual_layer_norm", "only the sum reached, D = 1", [] { gradcheck("residual_layer_norm sum", [](const V& x) { return ops::residual_layer_norm(x[0], x[1], x[2], x[3], 0.5, 9, 3).sum; }, {input({5, 1}, 84), input({5, 1}, 85), input({1}, 86), input({1}, 87)}); });
   add("attention", "causal", [] {
     gradcheck("attention causal", [](const V& x) { return ops::attention(x[0], x[1], x[2], true); },
               {input({1, 2, 5, 3}, 80), input({1, 2, 5, 3}, 81), input({1, 2, 5, 3}, 82)});
