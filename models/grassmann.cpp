@@ -125,7 +125,7 @@ Tensor GrassmannBlock::after_mixing(const Tensor& h_in, const Tensor& mixed) con
   // alpha = sigmoid(W_gate [h; g] + b_gate), h_mix = alpha h + (1 - alpha) g: one fused op.
   const Tensor h_mix = ops::gate_mix(gate_.forward(ops::cat({h_in, g}, 2)), h_in, g);
   const Tensor h = norm1_.forward(h_mix);
-  return norm2_.forward(h + ffn_dropout_.forward(ffn_.forward(h)));
+  return norm2_.forward_residual(h, ffn_.forward(h), ffn_dropout_).out;  // one fused pass
 }
 
 GrassmannLM::GrassmannLM(const LMConfig& config) : TiedEmbeddingLM(config) {

@@ -335,8 +335,9 @@ Tensor SheafBlock::forward(const Tensor& h_in, SheafStats& stats) const {
   // Pre-LN residual blocks, as in Mamba: the residual stream itself is never normalised,
   // so the scan's small initial outputs add to it instead of being scaled away.
   GluingReport report;
-  const Tensor h = h_in + mixer_dropout_.forward(mixer_.forward(norm1_.forward(h_in), report));
-  const Tensor x = norm2_.forward(h);
+  // h = h_in + dropout(mixer) and x = norm2(h) in one fused pass.
+  const ops::ResidualNorm mixed = norm2_.forward_residual(h_in, mixer_.forward(norm1_.forward(h_in), report), mixer_dropout_);
+  const Tensor &h = mixed.sum, &x = mixed.out;
   const std::int64_t patches = report.sections.size(1);
 
   // Route each patch by its glued section (never by its own tokens): top-1 expert e_p,
@@ -367,7 +368,9 @@ Tensor SheafBlock::forward(const Tensor& h_in, SheafStats& stats) const {
 Tensor SheafBlock::forward_stream(const Tensor& h_in, std::int64_t position, SheafLayerStream& stream) const {
   const std::int64_t B = h_in.size(0), n = h_in.size(1), d = h_in.size(2);
   std::vector<StreamSegment> segments;
-  const Tensor h = h_in + mixer_dropout_.forward(mixer_.forward_stream(norm1_.forward(h_in), position, stream, segments));
+  const ops::ResidualNorm mixed =
+      norm2_.forward_residual(h_in, mixer_.forward_stream(norm1_.forward(h_in), position, stream, segments), mixer_dropout_);
+  const Tensor& h = mixed.sum;
   // Each piece of the chunk goes to the expert of its patch's section, as in forward().
   std::vector<Tensor> sections;
   for (const StreamSegment& s : segments) sections.push_back(s.section);
@@ -378,7 +381,7 @@ Tensor SheafBlock::forward_stream(const Tensor& h_in, std::int64_t position, She
     for (std::int64_t i = 0; i < S; ++i)
       for (std::int64_t t = 0; t < segments[static_cast<std::size_t>(i)].length; ++t)
         patch_row.push_back(static_cast<std::int32_t>(b * S + i));
-  const Tensor expert_out = ops::reshape(experts(norm2_.forward(h), probs, patch_row, nullptr), {B, n, d});
+  const Tensor expert_out = ops::reshape(experts(mixed.out, probs, patch_row, nullptr), {B, n, d});
   return h + expert_dropout_.forward(expert_out);
 }
 

@@ -69,23 +69,26 @@ TransformerBlock::TransformerBlock(const LMConfig& c, Generator& init, Generator
           register_module("ffn_dropout", std::make_shared<nn::Dropout>(c.dropout, dropout))),
       norm2_(register_module("norm2", std::make_shared<nn::LayerNorm>(c.d_model))) {}
 
+// Post-LN: each sublayer's output is dropped, added to its input and normalised, in one
+// fused pass (nn::LayerNorm::forward_residual).
 Tensor TransformerBlock::feed_forward(const Tensor& h) const {
-  return norm2_.forward(h + ffn_dropout_.forward(ffn_.forward(h)));
+  return norm2_.forward_residual(h, ffn_.forward(h), ffn_dropout_).out;
 }
 
 Tensor TransformerBlock::forward(const Tensor& h_in) const {
   const profile::Part part("residual, dropout, norm");  // what attention and the FFN leave
-  return feed_forward(norm1_.forward(h_in + attention_dropout_.forward(attention_.forward(h_in))));
+  return feed_forward(norm1_.forward_residual(h_in, attention_.forward(h_in), attention_dropout_).out);
 }
 
 Tensor TransformerBlock::forward(const Tensor& h_in, const Tensor& key_bias) const {
-  return feed_forward(norm1_.forward(h_in + attention_dropout_.forward(attention_.forward(h_in, key_bias))));
+  return feed_forward(norm1_.forward_residual(h_in, attention_.forward(h_in, key_bias), attention_dropout_).out);
 }
 
 Tensor TransformerBlock::forward_stream(const Tensor& h_in, std::int64_t position, Tensor& k_cache,
                                         Tensor& v_cache) const {
-  return feed_forward(norm1_.forward(h_in + attention_dropout_.forward(
-                                                attention_.forward_stream(h_in, position, k_cache, v_cache))));
+  return feed_forward(
+      norm1_.forward_residual(h_in, attention_.forward_stream(h_in, position, k_cache, v_cache), attention_dropout_)
+          .out);
 }
 
 TransformerLM::TransformerLM(const LMConfig& config) : TiedEmbeddingLM(config) {
