@@ -11,7 +11,7 @@ namespace wedge::kernels::cpu::WEDGE_SIMD_ISA {
 // philox_uniform(seed, 4 * first + e) for the 4 kLanes elements e of the kLanes consecutive
 // counters first .. first + kLanes - 1, in element order: u[q] holds elements
 // kLanes q .. kLanes q + kLanes - 1.
-inline void philox_uniform(std::uint64_t seed, std::uint64_t first, vf u[4]) {
+[[gnu::always_inline]] inline void philox_uniform(std::uint64_t seed, std::uint64_t first, vf u[4]) {
   const vi base_lo = set1_u32(static_cast<std::uint32_t>(first));
   vi c[4];
   c[0] = add_u32(base_lo, lane_indices());
@@ -52,8 +52,8 @@ inline double dropout_scale(float p) { return p < 1.0f ? 1.0 / (1.0 - double(p))
 // its ends go through lane masks (a masked-off lane is neither loaded nor stored), so spans
 // side by side never touch each other's elements. Dropped lanes become +0, as the
 // reference's T(0). x and y may be the same span.
-inline void dropout_span(const float* x, float* y, i64 n, float p, double scale, std::uint64_t seed,
-                         std::uint64_t first) {
+[[gnu::always_inline]] inline void dropout_span(const float* x, float* y, i64 n, float p, double scale,
+                                               std::uint64_t seed, std::uint64_t first) {
   constexpr i64 kBlock = 4 * kLanes;
   const vd vscale = set1(scale);
   const vf vp = set1(p);

@@ -9,9 +9,10 @@
 // do not depend on the width either).
 //
 // The residual pair (s = x + dropout(y), then the norm of s) runs the same row code: the
-// forward drops and adds one row into s (dropout_simd.h) and normalises it while it is in
-// L1; the backward's sweep adds the gradient that reaches s directly to each row of gx and
-// drops that row into gy. So each is bit for bit the kernels run apart.
+// forward drops a group of rows of y into s (dropout_simd.h), then adds x and normalises
+// each row while it is in L1; the backward's sweep adds the gradient that reaches s
+// directly to each row of gx and drops each finished chunk of rows into gy. So each is bit
+// for bit the kernels run apart.
 //
 // Row tails go through masked loads and stores, which neither read nor write past the row.
 #include "kernels/cpu/simd.h"
@@ -75,11 +76,12 @@ inline void normalise_row(const float* xr, const float* gamma, const float* beta
 }
 
 // The backward sweep of layer_norm_backward (which see), with the residual pair's extras:
-// gs (may be null) is added to each row of the input gradient, which goes to gx, or to a
-// row of scratch when gx is null; finish_row(r, row) then sees the finished row.
-template <typename FinishRow>
+// gs (may be null) is added to each row of the input gradient, which goes to gx, or to
+// scratch when gx is null; finish_rows(r0, r1, first) then sees the finished rows r0 .. r1 - 1
+// of a chunk, `first` pointing at row r0's gradient (rows D apart).
+template <typename FinishRows>
 void backward_sweep(const float* x, const float* gamma, const float* mean, const float* rstd, const float* gy,
-                    const float* gs, i64 rows, i64 D, float* gx, float* ggamma, float* gbeta, FinishRow finish_row) {
+                    const float* gs, i64 rows, i64 D, float* gx, float* ggamma, float* gbeta, FinishRows finish_rows) {
   // gx_d = rstd (g_d - mean(g) - xhat_d mean(g xhat)),  g = gy * gamma, per row; and the
   // column sums ggamma_d = sum_rows gy_d xhat_d, gbeta_d = sum_rows gy_d in the same sweep:
   // each chunk of kChunkRows rows adds its rows, in order, into its own double partials
@@ -92,15 +94,16 @@ void backward_sweep(const float* x, const float* gamma, const float* mean, const
   std::vector<double> partial(columns ? static_cast<std::size_t>(chunks * 2 * D) : 0);
   const i64 grain = std::max<i64>(1, row_grain(D) / kChunkRows);
   parallel_for(0, chunks, grain, [&](i64 c0, i64 c1) {
-    std::vector<float> scratch(gx ? 0 : static_cast<std::size_t>(D));
+    std::vector<float> scratch(gx ? 0 : static_cast<std::size_t>(kChunkRows * D));
     for (i64 c = c0; c < c1; ++c) {
+      const i64 first_row = c * kChunkRows, end_row = std::min(rows, (c + 1) * kChunkRows);
       double* part_gamma = columns ? partial.data() + c * 2 * D : nullptr;
       double* part_beta = columns ? part_gamma + D : nullptr;
       if (columns) std::fill(part_gamma, part_gamma + 2 * D, 0.0);
-      for (i64 r = c * kChunkRows; r < std::min(rows, (c + 1) * kChunkRows); ++r) {
+      for (i64 r = first_row; r < end_row; ++r) {
         const float* xr = x + r * D;
         const float* gyr = gy + r * D;
-        float* gxr = gx ? gx + r * D : scratch.data();
+        float* gxr = gx ? gx + r * D : scratch.data() + (r - first_row) * D;
         const float* gsr = gs ? gs + r * D : nullptr;
         const vf vmu = set1(mean[r]), vrstd = set1(rstd[r]);
         vf sum_g = zero(), sum_gx = zero();
@@ -138,8 +141,8 @@ void backward_sweep(const float* x, const float* gamma, const float* mean, const
             store_first(part_beta + k, n, add(gd, load_first(part_beta + k, n)));
           }
         }
-        finish_row(r, gxr);
       }
+      finish_rows(first_row, end_row, gx ? gx + first_row * D : scratch.data());
     }
   });
   if (!columns) return;
@@ -175,23 +178,30 @@ void layer_norm_forward(const float* x, const float* gamma, const float* beta, i
 
 void layer_norm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
                          const float* gy, i64 rows, i64 D, float* gx, float* ggamma, float* gbeta) {
-  backward_sweep(x, gamma, mean, rstd, gy, nullptr, rows, D, gx, ggamma, gbeta, [](i64, const float*) {});
+  backward_sweep(x, gamma, mean, rstd, gy, nullptr, rows, D, gx, ggamma, gbeta, [](i64, i64, const float*) {});
 }
 
 void residual_layer_norm_forward(const float* x, const float* y, const float* gamma, const float* beta, i64 rows,
                                  i64 D, float p, std::uint64_t seed, std::uint64_t offset, float eps, float* s,
                                  float* out, float* mean, float* rstd) {
   const double scale = dropout_scale(p);
+  // Rows in groups of about 16 KB: the group's y dropped into s in one span (whole Philox
+  // blocks across row ends), then row by row x added and the sum normalised, from L1.
+  const i64 group = std::max<i64>(1, 4096 / std::max<i64>(D, 1));
   parallel_for(0, rows, row_grain(D), [&](i64 r0, i64 r1) {
-    for (i64 r = r0; r < r1; ++r) {
-      const float *xr = x + r * D, *yr = y + r * D;
-      float* sr = s + r * D;
-      // s = x + dropout(y): the row dropped into s, then x added (p == 0 adds y itself).
-      if (p > 0.0f) dropout_span(yr, sr, D, p, scale, seed, offset + static_cast<std::uint64_t>(r * D));
-      const float* dropped = p > 0.0f ? sr : yr;
-      for (i64 j = 0; j < D; j += kLanes)
-        store_first(sr + j, D - j, add(load_first(xr + j, D - j), load_first(dropped + j, D - j)));
-      normalise_row(sr, gamma, beta, D, eps, out + r * D, mean[r], rstd[r]);
+    for (i64 g0 = r0; g0 < r1; g0 += group) {
+      const i64 g1 = std::min(r1, g0 + group);
+      if (p > 0.0f) dropout_span(y + g0 * D, s + g0 * D, (g1 - g0) * D, p, scale, seed,
+                                 offset + static_cast<std::uint64_t>(g0 * D));
+      const float* dropped = p > 0.0f ? s : y;  // p == 0 adds y itself
+      for (i64 r = g0; r < g1; ++r) {
+        const float* xr = x + r * D;
+        const float* yr = dropped + r * D;
+        float* sr = s + r * D;
+        for (i64 j = 0; j < D; j += kLanes)
+          store_first(sr + j, D - j, add(load_first(xr + j, D - j), load_first(yr + j, D - j)));
+        normalise_row(sr, gamma, beta, D, eps, out + r * D, mean[r], rstd[r]);
+      }
     }
   });
 }
@@ -200,14 +210,12 @@ void residual_layer_norm_backward(const float* s, const float* gamma, const floa
                                   const float* gout, const float* gs, i64 rows, i64 D, float p, std::uint64_t seed,
                                   std::uint64_t offset, float* gx, float* gy, float* ggamma, float* gbeta) {
   const double scale = dropout_scale(p);
-  backward_sweep(s, gamma, mean, rstd, gout, gs, rows, D, gx, ggamma, gbeta, [&](i64 r, const float* gsum) {
+  // Each chunk's finished rows dropped into gy in one span.
+  backward_sweep(s, gamma, mean, rstd, gout, gs, rows, D, gx, ggamma, gbeta, [&](i64 r0, i64 r1, const float* gsum) {
     if (!gy) return;
-    float* gyr = gy + r * D;
-    if (p > 0.0f) {
-      dropout_span(gsum, gyr, D, p, scale, seed, offset + static_cast<std::uint64_t>(r * D));
-    } else {
-      for (i64 j = 0; j < D; j += kLanes) store_first(gyr + j, D - j, load_first(gsum + j, D - j));
-    }
+    const i64 n = (r1 - r0) * D;
+    if (p > 0.0f) dropout_span(gsum, gy + r0 * D, n, p, scale, seed, offset + static_cast<std::uint64_t>(r0 * D));
+    else std::copy(gsum, gsum + n, gy + r0 * D);
   });
 }
 
