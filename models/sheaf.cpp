@@ -158,12 +158,12 @@ Tensor SheafMixer::forward(const Tensor& h, GluingReport& report) const {
     for (std::int64_t p = 0; p < patches; ++p)
       last_rows.push_back(static_cast<std::int32_t>(b * L + std::min(L, (p + 1) * P) - 1));
   const std::vector<Tensor> C_last = ops::unbind(ops::reshape(gather_rows(Cm, N, last_rows), {B, patches, N}), 1);
-  // How much of h0_p's state survives to the patch's last token, exp(A S_p), for every
-  // patch at once (it does not depend on the chain); C_last[n] is folded into the chain's
-  // (B, N) factor instead of into this (B, patches, E, N) tensor. The chain takes one
-  // patch's slice at a time; unbind's backward assembles their gradients once, so the
-  // chain's cost stays linear in the number of patches.
-  const std::vector<Tensor> reach = ops::unbind(ops::exp(ops::unsqueeze(step_sums, 3) * A), 1);  // (B, E, N) each
+  // How much of h0_p's state survives to the patch's last token is exp(A S_p): the chain
+  // reads it through ops::decay_readout, Σ_n exp(S_p A)[:, n] (C_last[n] (W_hb c_p)[n]),
+  // which forms the decays in registers and never stores the (B, E, N) tensor. The chain
+  // takes one patch's slice at a time; unbind's backward assembles their gradients once, so
+  // the chain's cost stays linear in the number of patches.
+  const std::vector<Tensor> patch_sums = ops::unbind(step_sums, 1);  // (B, E) each
   const std::vector<Tensor> y0_last = ops::unbind(ops::reshape(gather_rows(y0, E, last_rows), {B, patches, E}), 1);
 
   // G: the chain over patches. restricted[q][j] holds R(π_q, δ_j) s_q.
@@ -202,7 +202,7 @@ Tensor SheafMixer::forward(const Tensor& h, GluingReport& report) const {
       }
     }
     const Tensor hx = state_x_.forward(c), hb = state_b_.forward(c);  // (B, E), (B, N)
-    const Tensor y_last = y0_last[pu] + hx * ops::sum(reach[pu] * ops::unsqueeze(C_last[pu] * hb, 1), {2});
+    const Tensor y_last = y0_last[pu] + hx * ops::decay_readout(patch_sums[pu], A, C_last[pu] * hb);
     const Tensor s = summarise(y_last);
     summaries[pu] = s;
     restricted[pu] = restrict_all(s);

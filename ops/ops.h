@@ -151,6 +151,11 @@ Tensor plucker_mean(const Tensor& z, const std::vector<std::int32_t>& offsets, d
 Tensor selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A_log, const Tensor& B, const Tensor& C,
                       const Tensor& Dskip, const Tensor& delta_bias, const Tensor& h0, std::int64_t segment,
                       const Tensor& z = Tensor(), Tensor* h_last = nullptr);
+// What a state x ⊗ v left at a segment's start adds (per channel, before the factor x) to
+// the segment's last token when its step sizes sum to S: out[b, e] = sum_n exp(S[b, e]
+// A[e, n]) v[b, n]. S (batch, E), A (E, N), v (batch, N) -> (batch, E); the decays
+// exp(S A) are never stored. Differentiable in all three.
+Tensor decay_readout(const Tensor& S, const Tensor& A, const Tensor& v);
 
 // ---- the registry --------------------------------------------------------------------
 struct OpInfo {

@@ -451,4 +451,69 @@ void selective_scan_backward(const ScanArgs<float>& args, const float* gy, const
   }
 }
 
+// ---- the decay readout: one thread per output, each sum in increasing order -----------------
+namespace decay_readout_impl {
+
+// out[b, e] = sum_n exp(S A) v (with_A: sum_n A exp(S A) v, for gS), times scale[b, e] when given.
+__global__ void readout_kernel(const float* S, const float* A, const float* v, const float* scale, bool with_A,
+                               i64 batch, i64 E, i64 N, float* out) {
+  for (i64 i = global_thread(); i < batch * E; i += grid_threads()) {
+    const float* Ae = A + (i % E) * N;
+    const float* vb = v + (i / E) * N;
+    const float s = S[i];
+    float sum = 0.0f;
+    for (i64 n = 0; n < N; ++n) sum += (with_A ? Ae[n] : 1.0f) * expf(s * Ae[n]) * vb[n];
+    out[i] = scale != nullptr ? scale[i] * sum : sum;
+  }
+}
+
+// gv[b, n] = sum_e gout[b, e] exp(S[b, e] A[e, n])
+__global__ void grad_v_kernel(const float* S, const float* A, const float* gout, i64 batch, i64 E, i64 N,
+                              float* gv) {
+  for (i64 i = global_thread(); i < batch * N; i += grid_threads()) {
+    const i64 b = i / N, n = i % N;
+    float sum = 0.0f;
+    for (i64 e = 0; e < E; ++e) sum += gout[b * E + e] * expf(S[b * E + e] * A[e * N + n]);
+    gv[i] = sum;
+  }
+}
+
+// gA[e, n] = sum_b gout[b, e] S[b, e] exp(S[b, e] A[e, n]) v[b, n]
+__global__ void grad_A_kernel(const float* S, const float* A, const float* v, const float* gout, i64 batch, i64 E,
+                              i64 N, float* gA) {
+  for (i64 i = global_thread(); i < E * N; i += grid_threads()) {
+    const i64 e = i / N, n = i % N;
+    float sum = 0.0f;
+    for (i64 b = 0; b < batch; ++b) {
+      const float s = S[b * E + e];
+      sum += gout[b * E + e] * s * expf(s * A[i]) * v[b * N + n];
+    }
+    gA[i] = sum;
+  }
+}
+
+template <typename Kernel, typename... Args>
+void launch_over(i64 n, const char* name, Kernel kernel, Args... args) {
+  if (n <= 0) return;
+  WEDGE_LAUNCH(grid_1d(launch::elementwise_blocks(n)), launch::kElementwiseThreads, 0, kernel)(args...);
+  check_launch(name);
+}
+
+}  // namespace decay_readout_impl
+
+void decay_readout_forward(const float* S, const float* A, const float* v, i64 batch, i64 E, i64 N, float* out) {
+  using namespace decay_readout_impl;
+  launch_over(batch * E, "decay_readout readout_kernel", readout_kernel, S, A, v, static_cast<const float*>(nullptr),
+              false, batch, E, N, out);
+}
+
+void decay_readout_backward(const float* S, const float* A, const float* v, const float* gout, i64 batch, i64 E,
+                            i64 N, float* gS, float* gA, float* gv) {
+  using namespace decay_readout_impl;
+  if (gS != nullptr)
+    launch_over(batch * E, "decay_readout readout_kernel", readout_kernel, S, A, v, gout, true, batch, E, N, gS);
+  if (gv != nullptr) launch_over(batch * N, "decay_readout grad_v_kernel", grad_v_kernel, S, A, gout, batch, E, N, gv);
+  if (gA != nullptr) launch_over(E * N, "decay_readout grad_A_kernel", grad_A_kernel, S, A, v, gout, batch, E, N, gA);
+}
+
 }  // namespace wedge::kernels::WEDGE_CUDA_NS
