@@ -119,17 +119,19 @@ Tensor decay_readout(const Tensor& S_in, const Tensor& A_in, const Tensor& v_in)
   return record_op(out, op, {S_in, A_in, v_in},
                    [sS = saved(S), sA = saved(A), sv = saved(v), batch, E, N](const Tensor& g_in) -> std::vector<Tensor> {
                      const Tensor g = g_in.contiguous();
-                     Tensor gS = Tensor::zeros(sS.shape(), sS.dtype(), sS.device());
-                     Tensor gA = Tensor::zeros(sA.shape(), sA.dtype(), sA.device());
-                     Tensor gv = Tensor::zeros(sv.shape(), sv.dtype(), sv.device());
+                     std::vector<Tensor> grads;
+                     for (const Tensor* t : {&sS, &sA, &sv}) grads.push_back(Tensor::empty(t->shape(), t->dtype(), t->device()));
+                     if (batch * E * N == 0) {  // empty sums: the kernel has nothing to write
+                       for (Tensor& t : grads) t.fill_(0.0);
+                       return grads;
+                     }
                      dispatch_float(op, g, [&](auto tag) {
                        using T = decltype(tag);
-                       if (batch * E * N > 0)
-                         need(op, table<T>(op, g).decay_readout_backward, g)(
-                             sS.data<T>(), sA.data<T>(), sv.data<T>(), g.data<T>(), batch, E, N, gS.data<T>(),
-                             gA.data<T>(), gv.data<T>());
+                       need(op, table<T>(op, g).decay_readout_backward, g)(sS.data<T>(), sA.data<T>(), sv.data<T>(),
+                                                                          g.data<T>(), batch, E, N, grads[0].data<T>(),
+                                                                          grads[1].data<T>(), grads[2].data<T>());
                      });
-                     return {gS, gA, gv};
+                     return grads;
                    });
 }
 

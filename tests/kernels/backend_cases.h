@@ -345,11 +345,15 @@ inline void layer_norm_forward(Call& c) {
   float* y = c.out<float>(std::size_t(kTokens * kModel));
   c.run = [&c, o, y] { c.k.layer_norm_forward(o.x, o.gamma, o.beta, kTokens, kModel, 1e-5f, y, o.mean, o.rstd); };
 }
-inline void layer_norm_backward(Call& c) {
+// The operands with mean and rstd filled in by a forward, for the backward kernels.
+inline LayerNormOperands layer_norm_statistics(Call& c) {
   const LayerNormOperands o = layer_norm_operands(c);
   std::vector<float> scratch(std::size_t(kTokens * kModel));
-  float* y = c.in(scratch);
-  c.k.layer_norm_forward(o.x, o.gamma, o.beta, kTokens, kModel, 1e-5f, y, o.mean, o.rstd);
+  c.k.layer_norm_forward(o.x, o.gamma, o.beta, kTokens, kModel, 1e-5f, c.in(scratch), o.mean, o.rstd);
+  return o;
+}
+inline void layer_norm_backward(Call& c) {
+  const LayerNormOperands o = layer_norm_statistics(c);
   const float* gy = c.in(values(kTokens * kModel, 21));
   float* gx = c.out<float>(std::size_t(kTokens * kModel));
   float* ggamma = c.out<float>(std::size_t(kModel));
@@ -370,10 +374,7 @@ inline void residual_layer_norm_forward(Call& c) {
   };
 }
 inline void residual_layer_norm_backward(Call& c) {
-  const LayerNormOperands o = layer_norm_operands(c);
-  std::vector<float> scratch(std::size_t(kTokens * kModel));
-  float* out = c.in(scratch);
-  c.k.layer_norm_forward(o.x, o.gamma, o.beta, kTokens, kModel, 1e-5f, out, o.mean, o.rstd);
+  const LayerNormOperands o = layer_norm_statistics(c);
   const float* gout = c.in(values(kTokens * kModel, 51));
   const float* gs = c.in(values(kTokens * kModel, 52));
   float* gx = c.out<float>(std::size_t(kTokens * kModel));
