@@ -219,14 +219,14 @@ int main(int argc, char** argv) {
   scan_args.Dskip = sD.data(), scan_args.h0 = sh0.data();
   register_pair("selective_scan_forward 32x128 E512 N16 P16",
                 [](const KernelTable<float>& t, benchmark::State&) {
-                  t.selective_scan_forward(scan_args, sy.data(), nullptr);
+                  t.selective_scan_forward(scan_args, sy.data(), nullptr, nullptr);
                   return 4.0 * (3 * su.size() + sh0.size());
                 });
   register_pair("selective_scan_backward 32x128 E512 N16 P16",
                 [](const KernelTable<float>& t, benchmark::State&) {
                   ScanGrads<float> g{sgu.data(), sgdelta.data(), sgbias.data(), sgA.data(),
                                      sgB.data(),  sgC.data(),     sgD.data(),    sgh0.data()};
-                  t.selective_scan_backward(scan_args, sgy.data(), nullptr, g);
+                  t.selective_scan_backward(scan_args, sgy.data(), nullptr, nullptr, g);
                   return 4.0 * (6 * su.size() + 2 * sh0.size());
                 });
   // The same with Mamba's output gate silu(z) taken inside the scan (the model's second scan).
@@ -235,14 +235,14 @@ int main(int argc, char** argv) {
   gated_args.z = sz.data();
   register_pair("selective_scan_forward gated 32x128 E512 N16 P16",
                 [](const KernelTable<float>& t, benchmark::State&) {
-                  t.selective_scan_forward(gated_args, sy.data(), nullptr);
+                  t.selective_scan_forward(gated_args, sy.data(), nullptr, nullptr);
                   return 4.0 * (4 * su.size() + sh0.size());
                 });
   register_pair("selective_scan_backward gated 32x128 E512 N16 P16",
                 [](const KernelTable<float>& t, benchmark::State&) {
                   ScanGrads<float> g{sgu.data(), sgdelta.data(), sgbias.data(), sgA.data(), sgB.data(),
                                      sgC.data(), sgD.data(),     sgh0.data(),  sgz.data()};
-                  t.selective_scan_backward(gated_args, sgy.data(), nullptr, g);
+                  t.selective_scan_backward(gated_args, sgy.data(), nullptr, nullptr, g);
                   return 4.0 * (8 * su.size() + 2 * sh0.size());
                 });
 

@@ -142,17 +142,18 @@ Tensor SheafMixer::forward(const Tensor& h, GluingReport& report) const {
   const ScanInputs in = scan_inputs(h, in_, dt_down_, dt_up_, b_proj_, c_proj_);
   const Tensor &u = in.u, &z = in.z, &delta = in.delta, &Bm = in.B, &Cm = in.C;
 
-  // Φ from zero states, every patch at once: what each patch computes from its own tokens.
-  const Tensor y0 = ops::selective_scan(u, delta, A_log_, Bm, Cm, D_skip_, dt_bias_, Tensor(), P);
+  // Φ from zero states, every patch at once: what each patch computes from its own tokens,
+  // and each patch's summed step sizes S_p = Σ_t dt_t (B, patches, E), which the scan forms
+  // as it goes (and takes the gradient of in its backward).
+  Tensor step_sums;
+  const Tensor y0 = ops::selective_scan(u, delta, A_log_, Bm, Cm, D_skip_, dt_bias_, Tensor(), P, Tensor(), nullptr,
+                                        &step_sums);
 
   // By linearity, the state h0_p adds C_t · (Π exp(dt A)) h0_p to y_t. At the patch's last
-  // token the product is exp(A S_p) with S_p the patch's summed step sizes:
+  // token the product is exp(A S_p):
   //   y_last_p = y0_last_p + W_hx c_p ⊙ Σ_n C_last[n] exp(A S_p)[:, n] (W_hb c_p)[n].
   std::optional<profile::Part> chain_part(std::in_place, "gluing chain");
   const Tensor A = ops::neg(ops::exp(A_log_));                            // (E, N)
-  Tensor dt = ops::softplus(delta + dt_bias_);                            // (B, L, E)
-  if (patches * P > L) dt = ops::cat({dt, Tensor::zeros({B, patches * P - L, E}, dt.dtype(), device)}, 1);
-  const Tensor step_sums = ops::sum(ops::reshape(dt, {B, patches, P, E}), {2});  // (B, patches, E)
   std::vector<std::int32_t> last_rows;
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t p = 0; p < patches; ++p)

@@ -148,9 +148,12 @@ Tensor plucker_mean(const Tensor& z, const std::vector<std::int32_t>& offsets, d
 // (batch, L, D). Differentiable in every input, h0 and z included; backward recomputes
 // states per segment. With h_last, also the state after each segment's last token,
 // (batch, segments, D, N) — for a stream to continue from; no gradient flows through it.
+// With step_sums, also each segment's step sizes summed over its tokens, sum_t dt[b, t, d]
+// (batch, segments, D), differentiable: the decay exp(A sum dt) a state left at the
+// segment's start has at its end, which SheafStateLM's gluing chain reads.
 Tensor selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A_log, const Tensor& B, const Tensor& C,
                       const Tensor& Dskip, const Tensor& delta_bias, const Tensor& h0, std::int64_t segment,
-                      const Tensor& z = Tensor(), Tensor* h_last = nullptr);
+                      const Tensor& z = Tensor(), Tensor* h_last = nullptr, Tensor* step_sums = nullptr);
 // What a state x ⊗ v left at a segment's start adds (per channel, before the factor x) to
 // the segment's last token when its step sizes sum to S: out[b, e] = sum_n exp(S[b, e]
 // A[e, n]) v[b, n]. S (batch, E), A (E, N), v (batch, N) -> (batch, E); the decays

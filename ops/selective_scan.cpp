@@ -50,7 +50,7 @@ kernels::ScanArgs<T> scan_args(const std::vector<Tensor>& keep, std::int64_t seg
 
 Tensor selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A_log, const Tensor& B, const Tensor& C,
                       const Tensor& Dskip, const Tensor& delta_bias, const Tensor& h0, std::int64_t segment,
-                      const Tensor& z, Tensor* h_last) {
+                      const Tensor& z, Tensor* h_last, Tensor* step_sums) {
   check_floating(kOp, u, "u");
   if (u.dim() != 3) fail(kOp, "u must be (batch, L, D), got " + shape_str(u.shape()));
   if (A_log.dim() != 2) fail(kOp, "A_log must be (D, N), got " + shape_str(A_log.shape()));
@@ -70,33 +70,45 @@ Tensor selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A_log,
   std::vector<Tensor> keep;
   for (const Tensor& t : inputs) keep.push_back(t.defined() ? t.contiguous() : Tensor());
 
-  Tensor y = Tensor::empty(u.shape(), u.dtype(), u.device());
+  // The outputs: y, and the step sums when asked for (both differentiable).
+  std::vector<Tensor> outputs = {Tensor::empty(u.shape(), u.dtype(), u.device())};
+  if (step_sums != nullptr) outputs.push_back(Tensor::empty({batch, segments, D}, u.dtype(), u.device()));
   if (h_last != nullptr) *h_last = Tensor::zeros({batch, segments, D, N}, u.dtype(), u.device());
   dispatch_float(kOp, u, [&](auto tag) {
     using T = decltype(tag);
-    if (y.numel() > 0)
-      need(kOp, table<T>(kOp, u).selective_scan_forward, u)(scan_args<T>(keep, segment), y.data<T>(),
-                                                          h_last != nullptr ? h_last->data<T>() : nullptr);
+    if (outputs[0].numel() > 0)
+      need(kOp, table<T>(kOp, u).selective_scan_forward, u)(scan_args<T>(keep, segment), outputs[0].data<T>(),
+                                                          h_last != nullptr ? h_last->data<T>() : nullptr,
+                                                          step_sums != nullptr ? outputs[1].data<T>() : nullptr);
   });
   std::vector<Tensor> saved_inputs;
   for (const Tensor& t : keep) saved_inputs.push_back(saved(t));
-  return record_op(y, kOp, inputs, [keep = std::move(saved_inputs), segment](const Tensor& g_in) -> std::vector<Tensor> {
-    Tensor gy = g_in.contiguous();
-    std::vector<Tensor> grads;
-    for (const Tensor& t : keep) grads.push_back(t.defined() ? Tensor::empty(t.shape(), t.dtype(), t.device()) : Tensor());
-    dispatch_float(kOp, gy, [&](auto tag) {
-      using T = decltype(tag);
-      kernels::ScanGrads<T> g;
-      bind_inputs(g, [&](int i) -> T* { return grads[i].defined() ? grads[i].data<T>() : nullptr; });
-      if (gy.numel() > 0) {
-        need(kOp, table<T>(kOp, gy).selective_scan_backward, gy)(scan_args<T>(keep, segment), gy.data<T>(), nullptr, g);
-      } else {
-        for (Tensor& t : grads)
-          if (t.defined()) t.fill_(0.0);
-      }
-    });
-    return grads;
-  });
+  const Shape y_shape = u.shape();
+  outputs = record_multi_op(
+      std::move(outputs), kOp, inputs,
+      [keep = std::move(saved_inputs), segment, y_shape](const std::vector<Tensor>& g_out) -> std::vector<Tensor> {
+        // An output no gradient reached: gy reads as zeros, the step sums' gradient is absent.
+        const Tensor& any = keep[0];
+        const Tensor gy = g_out[0].defined() ? g_out[0].contiguous() : Tensor::zeros(y_shape, any.dtype(), any.device());
+        const Tensor g_sums = g_out.size() > 1 && g_out[1].defined() ? g_out[1].contiguous() : Tensor();
+        std::vector<Tensor> grads;
+        for (const Tensor& t : keep) grads.push_back(t.defined() ? Tensor::empty(t.shape(), t.dtype(), t.device()) : Tensor());
+        dispatch_float(kOp, gy, [&](auto tag) {
+          using T = decltype(tag);
+          kernels::ScanGrads<T> g;
+          bind_inputs(g, [&](int i) -> T* { return grads[i].defined() ? grads[i].data<T>() : nullptr; });
+          if (gy.numel() > 0) {
+            need(kOp, table<T>(kOp, gy).selective_scan_backward, gy)(
+                scan_args<T>(keep, segment), gy.data<T>(), nullptr, g_sums.defined() ? g_sums.data<T>() : nullptr, g);
+          } else {
+            for (Tensor& t : grads)
+              if (t.defined()) t.fill_(0.0);
+          }
+        });
+        return grads;
+      });
+  if (step_sums != nullptr) *step_sums = outputs[1];
+  return outputs[0];
 }
 
 Tensor decay_readout(const Tensor& S_in, const Tensor& A_in, const Tensor& v_in) {

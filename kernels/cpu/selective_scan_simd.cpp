@@ -131,13 +131,16 @@ Token load_token(const float* u, const float* delta, vf bias, i64 k) {
 // When y is not null it writes y (times silu(z) when z is not null, the output gate); when
 // states is not null it stores the state after every token, states[(k + 1) * N * kLanes ...]
 // for token k, and that token's decays exp(dt A) in decays[k * N * kLanes ...], so the
-// backward need not evaluate the exponential again.
-void scan_block(const ScanArgs<float>& a, const float* A_block, vf bias, vf Dskip, i64 b, i64 t0, i64 len,
+// backward need not evaluate the exponential again. Returns the block's step sizes summed
+// over the tokens, in token order (the forward's step sums).
+vf scan_block(const ScanArgs<float>& a, const float* A_block, vf bias, vf Dskip, i64 b, i64 t0, i64 len,
                 const float* u, const float* delta, const float* z, float* h, float* y, float* states,
                 float* decays) {
   const i64 N = a.N;
+  vf dt_sum = zero();
   for (i64 k = 0; k < len; ++k) {
     const Token tok = load_token(u, delta, bias, k);
+    dt_sum = add(dt_sum, tok.dt);
     const vf dtu = mul(tok.dt, tok.u);
     const float* Bt = a.B + (b * a.L + t0 + k) * N;
     const float* Ct = a.C + (b * a.L + t0 + k) * N;
@@ -155,6 +158,7 @@ void scan_block(const ScanArgs<float>& a, const float* A_block, vf bias, vf Dski
     if (z != nullptr) out = mul(out, silu(load_aligned(z + k * kLanes)));
     if (y != nullptr) store_aligned(y + k * kLanes, out);
   }
+  return dt_sum;
 }
 
 i64 pair_grain(const ScanArgs<float>& a) {
@@ -167,7 +171,7 @@ constexpr i64 kMaxGroups = 32;
 
 }  // namespace
 
-void selective_scan_forward(const ScanArgs<float>& a, float* y, float* h_last) {
+void selective_scan_forward(const ScanArgs<float>& a, float* y, float* h_last, float* step_sums) {
   const i64 S = a.segments(), N = a.N;
   thread_local ScratchBuffer a_buffer;
   const ChannelBlocks cb = transpose_A(a.A_log, a.D, N, a_buffer);
@@ -184,11 +188,12 @@ void selective_scan_forward(const ScanArgs<float>& a, float* y, float* h_last) {
         const i64 d0 = block * kLanes, at = block * a.P * kLanes, valid = cb.valid(block);
         if (a.h0 != nullptr) gather_states(a.h0 + pair * a.D * N, a.D, N, d0, h);
         else std::fill(h, h + N * kLanes, 0.0f);
-        scan_block(a, cb.At + block * N * kLanes, load_or_zero(a.delta_bias, d0, valid),
-                   load_or_zero(a.Dskip, d0, valid), b, t0, t1 - t0, pk.u + at, pk.delta + at,
-                   a.z != nullptr && y != nullptr ? pk.z + at : nullptr, h, y != nullptr ? pk.out + at : nullptr,
-                   nullptr, nullptr);
+        const vf dt_sum = scan_block(a, cb.At + block * N * kLanes, load_or_zero(a.delta_bias, d0, valid),
+                                     load_or_zero(a.Dskip, d0, valid), b, t0, t1 - t0, pk.u + at, pk.delta + at,
+                                     a.z != nullptr && y != nullptr ? pk.z + at : nullptr, h,
+                                     y != nullptr ? pk.out + at : nullptr, nullptr, nullptr);
         if (h_last != nullptr) scatter_states(h, a.D, N, d0, h_last + pair * a.D * N);
+        if (step_sums != nullptr) store_first(step_sums + pair * a.D + d0, valid, dt_sum);
       }
       if (y != nullptr) unpack_rows(pk.out, a, cb, b, t0, t1, y);
     }
@@ -196,7 +201,7 @@ void selective_scan_forward(const ScanArgs<float>& a, float* y, float* h_last) {
 }
 
 void selective_scan_backward(const ScanArgs<float>& a, const float* gy, const float* g_h_last,
-                             const ScanGrads<float>& g) {
+                             const float* g_step_sums, const ScanGrads<float>& g) {
   const i64 S = a.segments(), N = a.N, D = a.D, P = a.P, pairs = a.batch * S;
   thread_local ScratchBuffer a_buffer, partial_buffer;
   const ChannelBlocks cb = transpose_A(a.A_log, D, N, a_buffer);
@@ -231,6 +236,7 @@ void selective_scan_backward(const ScanArgs<float>& a, const float* gy, const fl
           const i64 d0 = block * kLanes, at = block * P * kLanes, valid = cb.valid(block);
           const float* A_block = cb.At + block * N * kLanes;
           const vf bias = load_or_zero(a.delta_bias, d0, valid), Dskip = load_or_zero(a.Dskip, d0, valid);
+          const vf g_step_sum = load_or_zero(g_step_sums, pair * D + d0, valid);  // reaches every dt
           const float *u = pk.u + at, *delta = pk.delta + at, *gyb = pk.gy + at, *zb = pk.z + at;
           if (a.h0 != nullptr) gather_states(a.h0 + pair * D * N, D, N, d0, states);
           else std::fill(states, states + N * kLanes, 0.0f);
@@ -274,7 +280,7 @@ void selective_scan_backward(const ScanArgs<float>& a, const float* gy, const fl
               store_aligned(gB_k + o, fmadd(ghn, dtu, load_aligned(gB_k + o)));
               store_aligned(gh + o, mul(ghn, decay));
             }
-            const vf gdt = fmadd(tok.u, sum_gB, sum_gA);
+            const vf gdt = add(fmadd(tok.u, sum_gB, sum_gA), g_step_sum);
             const vf gdelta = mul(gdt, sigmoid(tok.pre));
             gbias = add(gbias, gdelta);
             store_aligned(pk.gdelta + at + k * kLanes, gdelta);

@@ -161,13 +161,15 @@ __device__ __forceinline__ void reduce_scatter_step(float (&x)[V], unsigned lane
 
 template <int NC>
 __global__ void __launch_bounds__(kMaxThreads)
-    scan_forward_kernel(ScanArgs<float> a, i64 segments, i64 groups, i64 chunks, float* y, float* h_last) {
+    scan_forward_kernel(ScanArgs<float> a, i64 segments, i64 groups, i64 chunks, float* y, float* h_last,
+                        float* step_sums) {
   const ScanThread th = scan_thread(segments, groups);
   if (th.d >= a.D) return;  // no shuffles or barriers below
   const i64 b = th.b, s = th.s, d = th.d, L = a.L, D = a.D, N = a.N;
   const i64 t0 = s * a.P, t1 = min_i64(L, t0 + a.P);
   const float bias = a.delta_bias != nullptr ? a.delta_bias[d] : 0.0f;
   const i64 state0 = ((b * segments + s) * D + d) * N;  // h0 / h_last of (b, s, d)
+  float dt_sum = 0.0f;  // the segment's step sizes, summed in token order by the first chunk
   for (i64 c = 0; c < chunks; ++c) {
     const i64 n0 = c * NC;
     const int count = static_cast<int>(min_i64(NC, N - n0));  // 0 when N == 0
@@ -180,6 +182,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     for (i64 t = t0; t < t1; ++t) {
       const i64 i = (b * L + t) * D + d;
       const float dt = scan_softplus(a.delta[i] + bias), u = a.u[i];
+      if (c == 0) dt_sum += dt;
       scan_step(h, A, dt, u, a.B + (b * L + t) * N + n0, count);
       // y = Dskip u + C_0 h_0 + C_1 h_1 + ...: one sequential sum over n, continued from
       // the previous chunk's partial value in y.
@@ -199,6 +202,7 @@ __global__ void __launch_bounds__(kMaxThreads)
       }
     }
   }
+  if (step_sums != nullptr) step_sums[(b * segments + s) * D + d] = dt_sum;
 }
 
 // ---- backward ------------------------------------------------------------------------------
@@ -219,6 +223,7 @@ struct ScanBackwardOut {
   float* carry_gdt;  // (batch, L, D): the sums over states so far, when chunks > 1
   float* carry_gu;
   float* carry_out;  // (batch, L, D): the ungated output so far, when chunks > 1 and gz is wanted
+  const float* g_step_sums;  // (batch, segments, D) or null: added to every dt's gradient
 };
 
 template <int NC>
@@ -237,6 +242,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   const float skip = valid && a.Dskip != nullptr ? a.Dskip[d] : 0.0f;
   const i64 state0 = ((b * o.segments + s) * D + d) * N;
   const i64 segment_row = b * o.segments + s;
+  const float g_step_sum = valid && o.g_step_sums != nullptr ? o.g_step_sums[segment_row * D + d] : 0.0f;
   const bool reduce_bc = o.gB != nullptr || o.gC != nullptr;  // the same for every lane
   const i64 sub_chunks = launch::ceil_div(len, kTokenChunk);
   float gskip_sum = 0.0f, gbias_sum = 0.0f;
@@ -330,7 +336,7 @@ __global__ void __launch_bounds__(kMaxThreads)
             if (want_gz) o.carry_out[i] = ungated;
           } else {
             if (want_gz) o.gz[i] = gy_out * ungated * scan_silu_derivative(z);
-            const float gdelta = gdt * scan_sigmoid(pre);  // softplus' = sigmoid
+            const float gdelta = (gdt + g_step_sum) * scan_sigmoid(pre);  // softplus' = sigmoid
             gbias_sum += gdelta;
             if (o.gdelta != nullptr) o.gdelta[i] = gdelta;
             if (o.gu != nullptr) o.gu[i] = gu;
@@ -354,9 +360,9 @@ __global__ void __launch_bounds__(kMaxThreads)
 }
 
 template <int NC>
-void launch_forward(const ScanArgs<float>& a, const ScanPlan& p, float* y, float* h_last) {
+void launch_forward(const ScanArgs<float>& a, const ScanPlan& p, float* y, float* h_last, float* step_sums) {
   WEDGE_LAUNCH(grid_1d(p.blocks), p.warps * 32, 0, scan_forward_kernel<NC>)(a, p.segments, p.groups, p.chunks, y,
-                                                                            h_last);
+                                                                            h_last, step_sums);
   check_launch("scan_forward_kernel");
 }
 
@@ -371,21 +377,21 @@ void launch_backward(const ScanArgs<float>& a, const ScanPlan& p, const float* g
 
 using namespace selective_scan_impl;
 
-void selective_scan_forward(const ScanArgs<float>& args, float* y, float* h_last) {
+void selective_scan_forward(const ScanArgs<float>& args, float* y, float* h_last, float* step_sums) {
   check_args(args, "selective_scan_forward");
   const ScanPlan p = plan_scan(args, "selective_scan_forward");
   if (p.blocks == 0) return;  // no batch, no tokens or no channels: nothing to write
   switch (p.state_chunk) {
-    case 1: return launch_forward<1>(args, p, y, h_last);
-    case 2: return launch_forward<2>(args, p, y, h_last);
-    case 4: return launch_forward<4>(args, p, y, h_last);
-    case 8: return launch_forward<8>(args, p, y, h_last);
-    default: return launch_forward<16>(args, p, y, h_last);
+    case 1: return launch_forward<1>(args, p, y, h_last, step_sums);
+    case 2: return launch_forward<2>(args, p, y, h_last, step_sums);
+    case 4: return launch_forward<4>(args, p, y, h_last, step_sums);
+    case 8: return launch_forward<8>(args, p, y, h_last, step_sums);
+    default: return launch_forward<16>(args, p, y, h_last, step_sums);
   }
 }
 
 void selective_scan_backward(const ScanArgs<float>& args, const float* gy, const float* g_h_last,
-                             const ScanGrads<float>& grads) {
+                             const float* g_step_sums, const ScanGrads<float>& grads) {
   check_args(args, "selective_scan_backward");
   const ScanPlan p = plan_scan(args, "selective_scan_backward");
   const i64 batch = args.batch, L = args.L, D = args.D, N = args.N;
@@ -432,6 +438,7 @@ void selective_scan_backward(const ScanArgs<float>& args, const float* gy, const
   o.carry_gdt = p.chunks > 1 ? carry_gdt.get() : nullptr;
   o.carry_gu = p.chunks > 1 ? carry_gu.get() : nullptr;
   o.carry_out = p.chunks > 1 ? carry_out.get() : nullptr;
+  o.g_step_sums = g_step_sums;
   switch (p.state_chunk) {
     case 1: launch_backward<1>(args, p, gy, g_h_last, o); break;
     case 2: launch_backward<2>(args, p, gy, g_h_last, o); break;

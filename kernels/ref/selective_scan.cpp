@@ -13,7 +13,8 @@
 //   h_t = a h_{t-1} + dt B_t u_t,  a = exp(dt A):
 //     ga = gh h_{t-1};  gdt += ga a A + gh B_t u_t;  gA += ga a dt
 //     gB_t += gh dt u_t;  gu_t += gh dt B_t;  gh = gh a   (now the gradient of h_{t-1})
-//   gdelta_t = gdt sigmoid(delta_t + delta_bias)  (softplus' = sigmoid), gdelta_bias += it
+//   gdelta_t = (gdt + g_step_sum) sigmoid(delta_t + delta_bias)  (softplus' = sigmoid;
+//   g_step_sum: the gradient of the segment's summed step sizes), gdelta_bias += it
 // and finally gh0 = gh, gA_log = gA A (dA/dA_log = A). With the output gate, the output is
 // y_t = o_t silu(z_t) with o_t = C_t . h_t + Dskip u_t: the walk above runs on
 // go_t = gy_t silu(z_t), and gz_t = gy_t o_t silu'(z_t), o_t rebuilt from the states.
@@ -46,7 +47,7 @@ inline acc_t decay(acc_t dt, acc_t A) { return dt == 0 ? 1.0 : std::exp(dt * A);
 }  // namespace
 
 template <typename T>
-void selective_scan_forward(const ScanArgs<T>& a, T* y, T* h_last) {
+void selective_scan_forward(const ScanArgs<T>& a, T* y, T* h_last, T* step_sums) {
   const ScanIndex ix{a.L, a.D, a.N, a.segments()};
   std::vector<acc_t> h(a.N), A(a.N);
   for (i64 b = 0; b < a.batch; ++b)
@@ -70,11 +71,17 @@ void selective_scan_forward(const ScanArgs<T>& a, T* y, T* h_last) {
         // course 18 end
         if (h_last != nullptr)
           for (i64 n = 0; n < a.N; ++n) h_last[ix.state(b, s, d, n)] = T(h[n]);
+        if (step_sums != nullptr) {
+          acc_t sum = 0.0;
+          for (i64 t = s * a.P; t < std::min(a.L, (s + 1) * a.P); ++t) sum += step_size(a, ix.token(b, t, d), d);
+          step_sums[(b * ix.S + s) * a.D + d] = T(sum);
+        }
       }
 }
 
 template <typename T>
-void selective_scan_backward(const ScanArgs<T>& a, const T* gy, const T* g_h_last, const ScanGrads<T>& g) {
+void selective_scan_backward(const ScanArgs<T>& a, const T* gy, const T* g_h_last, const T* g_step_sums,
+                             const ScanGrads<T>& g) {
   const ScanIndex ix{a.L, a.D, a.N, a.segments()};
   // Sums over channels (gB, gC) and over batch and tokens (gA_log, gDskip, gdelta_bias)
   // are kept in double and rounded once at the end.
@@ -85,6 +92,7 @@ void selective_scan_backward(const ScanArgs<T>& a, const T* gy, const T* g_h_las
     for (i64 s = 0; s < ix.S; ++s)
       for (i64 d = 0; d < a.D; ++d) {
         const i64 t0 = s * a.P, t1 = std::min(a.L, t0 + a.P);
+        const acc_t g_step_sum = g_step_sums != nullptr ? acc_t(g_step_sums[(b * ix.S + s) * a.D + d]) : 0.0;
         // states[k] = h after k tokens of the segment (states[0] = h0).
         auto h = [&](i64 k, i64 n) -> acc_t& { return states[k * a.N + n]; };
         for (i64 n = 0; n < a.N; ++n) {
@@ -125,7 +133,7 @@ void selective_scan_backward(const ScanArgs<T>& a, const T* gy, const T* g_h_las
             gu += gh[n] * dt * Bn;
             gh[n] *= decay_n;
           }
-          const acc_t gdelta = gdt * sigmoid(pre);
+          const acc_t gdelta = (gdt + g_step_sum) * sigmoid(pre);
           gbias[d] += gdelta;
           if (g.delta != nullptr) g.delta[i] = T(gdelta);
           if (g.u != nullptr) g.u[i] = T(gu);
@@ -183,8 +191,8 @@ void decay_readout_backward(const T* S, const T* A, const T* v, const T* gout, i
 }
 
 #define WEDGE_REF_INSTANTIATE(T)                                                                       \
-  template void selective_scan_forward<T>(const ScanArgs<T>&, T*, T*);                                 \
-  template void selective_scan_backward<T>(const ScanArgs<T>&, const T*, const T*,                     \
+  template void selective_scan_forward<T>(const ScanArgs<T>&, T*, T*, T*);                             \
+  template void selective_scan_backward<T>(const ScanArgs<T>&, const T*, const T*, const T*,           \
                                            const ScanGrads<T>&);                                       \
   template void decay_readout_forward<T>(const T*, const T*, const T*, i64, i64, i64, T*);             \
   template void decay_readout_backward<T>(const T*, const T*, const T*, const T*, i64, i64, i64, T*, T*, \

@@ -533,7 +533,7 @@ inline ScanArgs<float> scan_operands(Call& c) {
 inline void selective_scan_forward(Call& c) {
   const ScanArgs<float> a = scan_operands(c);
   float* y = c.out<float>(std::size_t(kBatch * kBlock * kInner));
-  c.run = [&c, a, y] { c.k.selective_scan_forward(a, y, nullptr); };
+  c.run = [&c, a, y] { c.k.selective_scan_forward(a, y, nullptr, nullptr); };
 }
 inline void selective_scan_backward(Call& c) {
   const ScanArgs<float> a = scan_operands(c);
@@ -547,7 +547,7 @@ inline void selective_scan_backward(Call& c) {
   g.C = c.out<float>(std::size_t(kBatch * kBlock * kStates));
   g.Dskip = c.out<float>(std::size_t(kInner));
   g.h0 = c.out<float>(std::size_t(a.batch * a.segments() * kInner * kStates));
-  c.run = [&c, a, gy, g] { c.k.selective_scan_backward(a, gy, nullptr, g); };
+  c.run = [&c, a, gy, g] { c.k.selective_scan_backward(a, gy, nullptr, nullptr, g); };
 }
 // The gluing chain's readout for one patch of the model's batch: S (batch, E) step sums,
 // A (E, N) negative, v (batch, N).

@@ -863,7 +863,8 @@ void check_gate_mix(Suite<T>& s) {
 
 // The selective scan, forward and backward, on segments that do not divide L, P = 1, P > L,
 // every optional input (the output gate z included) present or null, and gradients skipped
-// in mixed combinations.
+// in mixed combinations. The step sums ride with h_last (both per-segment outputs) and
+// their gradient with g_h_last.
 template <typename T>
 void check_selective_scan(Suite<T>& s) {
   struct Shape {
@@ -905,6 +906,8 @@ void check_selective_scan(Suite<T>& s) {
       auto A_log = random_floats(params, seed++, -0.7f, 2.0f);  // A in [-7.4, -0.5]
       auto B = random_floats(inputs, seed++), C = random_floats(inputs, seed++);
       auto h0 = random_floats(states, seed++), gy = random_floats(tokens, seed++), g_h_last = random_floats(states, seed++);
+      const std::size_t sums = var.h_last ? std::size_t(sh.batch * S * sh.D) : 0;
+      auto g_step_sums = random_floats(std::size_t(sh.batch * S * sh.D), seed++);
       auto z = random_floats(tokens, seed++, -4.0f, 4.0f);
 
       // The arguments over input(i), the i-th of u, delta, delta_bias, A_log, B, C, Dskip, h0,
@@ -943,11 +946,13 @@ void check_selective_scan(Suite<T>& s) {
         return ScanGrads<std::remove_pointer_t<P>>{p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]};
       };
 
-      std::vector<float> y_ref(tokens), h_last_ref(var.h_last ? states : 0);
-      s.ref.selective_scan_forward(ha, y_ref.data(), var.h_last ? h_last_ref.data() : nullptr);
+      std::vector<float> y_ref(tokens), h_last_ref(var.h_last ? states : 0), sums_ref(sums);
+      s.ref.selective_scan_forward(ha, y_ref.data(), var.h_last ? h_last_ref.data() : nullptr,
+                                   var.h_last ? sums_ref.data() : nullptr);
       std::vector<std::vector<float>> g_ref;
       for (std::size_t n : sizes) g_ref.emplace_back(n);
       s.ref.selective_scan_backward(ha, gy.data(), var.g_h_last ? g_h_last.data() : nullptr,
+                                    var.g_h_last ? g_step_sums.data() : nullptr,
                                     grads_of(g_ref, [](std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }));
 
       const std::string what = "selective_scan batch,L,D,N,P=" + shape_str({sh.batch, sh.L, sh.D, sh.N, sh.P}) + " " +
@@ -956,17 +961,19 @@ void check_selective_scan(Suite<T>& s) {
           [&] {
             std::deque<DeviceBuffer<T, float>> din;  // buffers neither copy nor move
             for (const std::vector<float>* v : host_inputs) din.emplace_back(s.alloc, *v);
-            auto dgy = s.put(gy), dghl = s.put(g_h_last);
+            auto dgy = s.put(gy), dghl = s.put(g_h_last), dgss = s.put(g_step_sums);
             const ScanArgs<T> da = args_over([&](int i) -> const T* { return din[std::size_t(i)].get(); });
-            auto dy = s.put(nans(tokens)), dh_last = s.put(nans(var.h_last ? states : 0));
-            s.dev.selective_scan_forward(da, dy.get(), var.h_last ? dh_last.get() : nullptr);
+            auto dy = s.put(nans(tokens)), dh_last = s.put(nans(var.h_last ? states : 0)), dsums = s.put(nans(sums));
+            s.dev.selective_scan_forward(da, dy.get(), var.h_last ? dh_last.get() : nullptr,
+                                         var.h_last ? dsums.get() : nullptr);
             std::deque<DeviceBuffer<T, float>> dg;  // buffers neither copy nor move
             for (std::size_t n : sizes) dg.emplace_back(s.alloc, nans(n));
             std::size_t i = 0;
             s.dev.selective_scan_backward(da, dgy.get(), var.g_h_last ? dghl.get() : nullptr,
-                                          grads_of(dg, [&](DeviceBuffer<T, float>& b) { return sizes[i++] > 0 ? b.get() : nullptr; }));
+                                          var.g_h_last ? dgss.get() : nullptr, grads_of(dg, [&](DeviceBuffer<T, float>& b) { return sizes[i++] > 0 ? b.get() : nullptr; }));
             std::vector<std::vector<float>> out = {dy.download(), dh_last.download()};
             for (const auto& b : dg) out.push_back(b.download());
+            out.push_back(dsums.download());
             return out;
           },
           what);
@@ -975,6 +982,8 @@ void check_selective_scan(Suite<T>& s) {
       };
       s.expect(KernelId::selective_scan_forward, "y", got[0], y_ref, what + " y", terms(y_ref, 0));
       s.expect(KernelId::selective_scan_forward, "h_last", got[1], h_last_ref, what + " h_last", terms(h_last_ref, 0));
+      s.expect(KernelId::selective_scan_forward, "step sums", got[11], sums_ref, what + " step sums",
+               terms(sums_ref, double(std::min(sh.P, sh.L))));
       const char* names[9] = {"gu", "gdelta", "gdelta_bias", "gA_log", "gB", "gC", "gDskip", "gh0", "gz"};
       const double channels = double(sh.D), steps = double(sh.batch * sh.L);
       const double counts[9] = {0, 0, steps, steps, channels, channels, steps, 0, 0};

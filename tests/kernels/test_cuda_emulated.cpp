@@ -232,15 +232,15 @@ TEST_CASE("host emulation: the selective scan refuses shapes it cannot run") {
   args.N = 2;
   args.P = 0;  // tokens but no segment length
   float* none = nullptr;
-  CHECK_THROWS_AS(emulated::selective_scan_forward(args, none, none), std::invalid_argument);
-  CHECK_THROWS_AS(emulated::selective_scan_backward(args, none, none, {}), std::invalid_argument);
+  CHECK_THROWS_AS(emulated::selective_scan_forward(args, none, none, none), std::invalid_argument);
+  CHECK_THROWS_AS(emulated::selective_scan_backward(args, none, none, none, {}), std::invalid_argument);
   args.P = 1;
   args.N = -1;
-  CHECK_THROWS_AS(emulated::selective_scan_forward(args, none, none), std::invalid_argument);
+  CHECK_THROWS_AS(emulated::selective_scan_forward(args, none, none, none), std::invalid_argument);
   args.N = 2;
   args.batch = wedge::kernels::i64(1) << 31;  // 2^31 segments of one token
-  CHECK_THROWS_AS(emulated::selective_scan_forward(args, none, none), std::invalid_argument);
-  CHECK_THROWS_AS(emulated::selective_scan_backward(args, none, none, {}), std::invalid_argument);
+  CHECK_THROWS_AS(emulated::selective_scan_forward(args, none, none, none), std::invalid_argument);
+  CHECK_THROWS_AS(emulated::selective_scan_backward(args, none, none, none, {}), std::invalid_argument);
 }
 
 TEST_CASE("host emulation catches missing and divergent barriers, and kernels that throw") {

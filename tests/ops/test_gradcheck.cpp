@@ -183,17 +183,23 @@ std::vector<OpCase> cases() {
   add("decay_readout", "N = 1, strided, any signs", [] { gradcheck("decay_readout N1", [](const V& x) { return ops::decay_readout(x[0], x[1], x[2]); }, {input({2, 3}, 113, true), input({3, 1}, 114), input({2, 1}, 115)}); });
   add("decay_readout", "N = 19 (past a vector)", [] { gradcheck("decay_readout N19", [](const V& x) { return ops::decay_readout(x[0], x[1], x[2]); }, {input({2, 3}, 116), input({3, 19}, 117, false, 0.0, 0.3), input({2, 19}, 118)}); });
   // selective_scan: every input, h0 and the gate z included, on segments that do not divide
-  // L, segments of one token, N = 1, a segment longer than L, and without the optional inputs.
+  // L, segments of one token, N = 1, a segment longer than L, and without the optional inputs;
+  // the step sums read beside y, and alone.
+  enum class Sums { none, with_y, alone };
   struct Scan {
     std::int64_t batch, L, D, N, P;
     bool optional;  // Dskip, delta_bias and h0 given
     const char* label;
     bool gated = false;  // the output gate z given
+    Sums sums = Sums::none;
   };
   for (const Scan s : {Scan{2, 7, 3, 2, 3, true, "L 7, P 3"}, Scan{1, 4, 2, 3, 1, true, "P = 1"},
                        Scan{2, 5, 2, 1, 2, true, "N = 1"}, Scan{1, 3, 2, 2, 8, true, "P > L"},
                        Scan{1, 5, 3, 2, 2, false, "no Dskip, delta_bias, h0"},
-                       Scan{2, 7, 3, 2, 3, true, "gated, L 7, P 3", true}, Scan{1, 4, 2, 3, 1, true, "gated, P = 1", true}}) {
+                       Scan{2, 7, 3, 2, 3, true, "gated, L 7, P 3", true}, Scan{1, 4, 2, 3, 1, true, "gated, P = 1", true},
+                       Scan{2, 7, 3, 2, 3, true, "step sums and y, L 7, P 3", false, Sums::with_y},
+                       Scan{2, 5, 2, 2, 8, false, "step sums alone, P > L", false, Sums::alone},
+                       Scan{1, 4, 2, 3, 1, true, "step sums and y, gated, P = 1", true, Sums::with_y}}) {
     add("selective_scan", s.label, [s] {
       const std::int64_t S = (s.L + s.P - 1) / s.P;
       std::vector<Tensor> in = {input({s.batch, s.L, s.D}, 100), input({s.batch, s.L, s.D}, 101),
@@ -208,8 +214,14 @@ std::vector<OpCase> cases() {
       gradcheck(std::string("selective_scan ") + s.label,
                 [s](const V& x) {
                   const bool o = x.size() > 5;
-                  return ops::selective_scan(x[0], x[1], x[2], x[3], x[4], o ? x[5] : Tensor(), o ? x[6] : Tensor(),
-                                             o ? x[7] : Tensor(), s.P, x.size() > 8 ? x[8] : Tensor());
+                  Tensor sums;
+                  const Tensor y = ops::selective_scan(x[0], x[1], x[2], x[3], x[4], o ? x[5] : Tensor(),
+                                                       o ? x[6] : Tensor(), o ? x[7] : Tensor(), s.P,
+                                                       x.size() > 8 ? x[8] : Tensor(), nullptr,
+                                                       s.sums == Sums::none ? nullptr : &sums);
+                  if (s.sums == Sums::alone) return sums;
+                  if (s.sums == Sums::none) return y;
+                  return ops::cat({ops::reshape(y, {-1}), ops::reshape(sums, {-1})}, 0);
                 },
                 in);
     });

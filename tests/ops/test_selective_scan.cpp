@@ -1,8 +1,9 @@
 // selective_scan against the same recurrence built from primitive ops, token by token
-// (the plain sequential loop), in float64: values and gradients of every input. And its
-// argument errors.
+// (the plain sequential loop), in float64: values and gradients of every input, with and
+// without the step sums read beside y. And its argument errors.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/tensor.h"
@@ -51,22 +52,38 @@ Tensor scan_from_primitives(const std::vector<Tensor>& x, std::int64_t P) {
   return x.size() > 8 ? ops::mul(y, ops::silu(x[8])) : y;  // Mamba's output gate
 }
 
+// Each segment's step sizes summed, from primitives: (batch, segments, D).
+Tensor step_sums_from_primitives(const std::vector<Tensor>& x, std::int64_t P) {
+  const std::int64_t L = x[0].size(1);
+  const Tensor dt = ops::softplus(ops::add(x[1], x[6]));
+  std::vector<Tensor> sums;
+  for (std::int64_t t0 = 0; t0 < L; t0 += P) sums.push_back(ops::sum(ops::narrow(dt, 1, t0, std::min(P, L - t0)), {1}));
+  return ops::stack(sums, 1);
+}
+
 // y and the gradient of sum(w y) with respect to every input (in the order of ScanInputs),
-// all in float64, computed in `dtype` by the op (fused) or by the primitives.
-std::vector<std::vector<double>> values_and_gradients(const ScanInputs& in, DType dtype, bool fused) {
+// all in float64, computed in `dtype` by the op (fused) or by the primitives. With sums,
+// the loss adds sum(v S) of the step sums S, whose values come last.
+std::vector<std::vector<double>> values_and_gradients(const ScanInputs& in, DType dtype, bool fused,
+                                                      bool sums = false) {
   std::vector<Tensor> x;
   for (const Tensor& t : in.x) {
     Tensor c = t.detach().to(dtype);
     c.set_requires_grad(true);
     x.push_back(c);
   }
+  Tensor S;
   const Tensor y = fused ? ops::selective_scan(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], in.P,
-                                               x.size() > 8 ? x[8] : Tensor())
+                                               x.size() > 8 ? x[8] : Tensor(), nullptr, sums ? &S : nullptr)
                          : scan_from_primitives(x, in.P);
+  if (sums && !fused) S = step_sums_from_primitives(x, in.P);
   const Tensor w = Tensor::randn({in.batch, in.L, in.D}, 99, 0, 1, DType::F64).to(dtype);
-  ops::sum(ops::mul(y, w)).backward();
+  Tensor loss = ops::sum(ops::mul(y, w));
+  if (sums) loss = ops::add(loss, ops::sum(ops::mul(S, Tensor::randn(S.shape(), 98, 0, 1, DType::F64).to(dtype))));
+  loss.backward();
   std::vector<std::vector<double>> out = {y.detach().to(DType::F64).to_vector<double>()};
   for (const Tensor& t : x) out.push_back(t.grad().to(DType::F64).to_vector<double>());
+  if (sums) out.push_back(S.detach().to(DType::F64).to_vector<double>());
   return out;
 }
 
@@ -77,16 +94,19 @@ struct ScanShape {
 TEST_CASE("selective_scan equals the recurrence built from primitive ops, values and gradients") {
   for (const ScanShape s : {ScanShape{2, 7, 3, 2, 3}, ScanShape{1, 5, 2, 1, 1}, ScanShape{2, 4, 1, 3, 6},
                             ScanShape{1, 9, 4, 5, 4}})
-  for (const bool gated : {false, true}) {
+  for (const bool gated : {false, true})
+  for (const bool sums : {false, true}) {
     CAPTURE(s.L);
     CAPTURE(s.P);
     CAPTURE(s.N);
     CAPTURE(gated);
+    CAPTURE(sums);
     const ScanInputs in = make_inputs(s.batch, s.L, s.D, s.N, s.P, gated);
-    const auto fused = values_and_gradients(in, DType::F64, true), composed = values_and_gradients(in, DType::F64, false);
+    const auto fused = values_and_gradients(in, DType::F64, true, sums),
+               composed = values_and_gradients(in, DType::F64, false, sums);
     REQUIRE(fused.size() == composed.size());
     for (std::size_t i = 0; i < fused.size(); ++i) {
-      CAPTURE(i);  // 0: y, then the gradients of u, delta, A_log, B, C, Dskip, delta_bias, h0, z
+      CAPTURE(i);  // 0: y, then the gradients of u, delta, A_log, B, C, Dskip, delta_bias, h0, z; the step sums
       REQUIRE(fused[i].size() == composed[i].size());
       for (std::size_t j = 0; j < fused[i].size(); ++j)
         CHECK(fused[i][j] == doctest::Approx(composed[i][j]).epsilon(1e-10).scale(1.0));
@@ -99,12 +119,15 @@ TEST_CASE("selective_scan in float32 on the CPU table matches float64, values an
   // with a tail (D 33), a state size that is no power of two, segments that do not divide L.
   for (const ScanShape s : {ScanShape{2, 37, 33, 5, 4}, ScanShape{1, 16, 16, 16, 16}, ScanShape{3, 9, 7, 1, 1},
                             ScanShape{1, 5, 20, 3, 8}})
-  for (const bool gated : {false, true}) {
+  for (const bool gated : {false, true})
+  for (const bool sums : {false, true}) {
     CAPTURE(s.D);
     CAPTURE(s.P);
     CAPTURE(gated);
+    CAPTURE(sums);
     const ScanInputs in = make_inputs(s.batch, s.L, s.D, s.N, s.P, gated);
-    const auto f32 = values_and_gradients(in, DType::F32, true), f64 = values_and_gradients(in, DType::F64, true);
+    const auto f32 = values_and_gradients(in, DType::F32, true, sums),
+               f64 = values_and_gradients(in, DType::F64, true, sums);
     for (std::size_t i = 0; i < f32.size(); ++i) {
       CAPTURE(i);
       double scale = 1e-3;
