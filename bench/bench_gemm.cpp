@@ -25,8 +25,10 @@
 // And token-by-token generation (batch 1, one row of A; run first): y = x W^T for the LM head
 // (W 30,522 x 256) and the layers' weights (768 x 256, 1024 x 256, 256 x 1024), on
 // sgemm_wedge's small-m path (kernels/cpu/gemv.h: W read once, in place), on the packed
-// GEMM it used before (W packed on every call), and on OpenBLAS (cblas_sgemv); a second
-// table gives microseconds per call and the GB/s of W read. Calls this short (microseconds,
+// GEMM it used before (W packed on every call), on OpenBLAS (cblas_sgemv), and, where the
+// CPU has AVX-512-BF16, in Precision::BF16 on the bf16 small-m kernel (W rounded in
+// registers as it is read); a second table gives microseconds per call and the GB/s of W
+// read (fp32 bytes: W is stored in fp32 either way). Calls this short (microseconds,
 // two threads joining after each) suffer badly from anything else on the cores, so each runs
 // 7 repetitions and the table takes the fastest (the console's "min" row: its time, but the
 // smallest of the rate counters). `--benchmark_filter=decode` runs only these.
@@ -254,8 +256,9 @@ int main(int argc, char** argv) {
   // The decode shapes first, library by library: OpenBLAS's threads spin for a while after
   // each of its calls, and on 2 cores they slow the calls of a few microseconds that follow
   // (wedge's pool joins its threads after each one) by an order of magnitude.
-  for (Library library : {Library::Wedge, Library::WedgePacked, Library::OpenBLAS}) {
+  for (Library library : {Library::Wedge, Library::WedgePacked, Library::WedgeBf16, Library::OpenBLAS}) {
     if (library == Library::WedgePacked && !cpu::best_sgemm_microkernel()) continue;
+    if (library == Library::WedgeBf16 && g_bf16_peak_gflops == 0) continue;
     for (const Shape& s : kDecodeShapes) {
       const std::string shape = std::string(s.label) + " " + std::to_string(s.m) + "x" +
                                 std::to_string(s.n) + "x" + std::to_string(s.k);
@@ -300,8 +303,8 @@ int main(int argc, char** argv) {
     std::printf("\n");
   }
   if (!g_decode.empty()) {
-    std::printf("\n%-34s %20s %20s %20s %9s\n", "decode shape (M x N x K)", "wedge small-m us GB/s",
-                "wedge packed us GB/s", "openblas us GB/s", "gain");
+    std::printf("\n%-34s %20s %20s %20s %20s %9s\n", "decode shape (M x N x K)", "wedge small-m us GB/s",
+                "wedge packed us GB/s", "openblas us GB/s", "wedge bf16 us GB/s", "gain");
     for (const auto& [shape, libs] : g_decode) {
       const Shape* s = nullptr;
       for (const Shape& d : kDecodeShapes)
@@ -309,7 +312,7 @@ int main(int argc, char** argv) {
       if (s == nullptr) continue;
       const double bytes = 4.0 * static_cast<double>(s->n * s->k);
       std::printf("%-34s", shape.c_str());
-      for (const char* lib : {"wedge", "wedge-packed", "openblas"}) {
+      for (const char* lib : {"wedge", "wedge-packed", "openblas", "wedge-bf16"}) {
         const auto it = libs.find(lib);
         if (it == libs.end())
           std::printf(" %20s", "-");

@@ -1,14 +1,17 @@
-// The small-m GEMM's driver (gemv.h): op(A) made row-major where it is not, the columns of
-// every matrix of the batch dealt out to the threads, and one instruction set's column
-// kernel (gemv_avx512.cpp, gemv_avx2.cpp) on each share. Plain C++, no instruction set.
+// The small-m GEMM's driver (gemv.h): op(A) made row-major where it is not (and, for the
+// bf16 kernel, rounded to bf16 and paired along k), the columns of every matrix of the
+// batch dealt out to the threads, and one instruction set's column kernel (gemv_avx512.cpp,
+// gemv_avx2.cpp, gemv_avx512bf16.cpp) on each share. Plain C++, no instruction set.
 #include "kernels/cpu/gemv.h"
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 
 #include "engine/thread_pool.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/scratch.h"
+#include "kernels/ref/bf16.h"
 
 namespace wedge::kernels::cpu {
 namespace {
@@ -26,7 +29,7 @@ constexpr i64 kUnitColumns = 16;
 // decode step is faster on one thread (`--threads 1`).
 i64 grain_units(i64 k) { return std::max<i64>(1, ceil_div(32768, kUnitColumns * std::max<i64>(k, 1))); }
 
-thread_local ScratchBuffer t_rows;  // op(A) row-major (trans_a T)
+thread_local ScratchBuffer t_rows;  // op(A) row-major (trans_a T), or in bf16 pairs
 
 }  // namespace
 
@@ -43,17 +46,30 @@ void sgemv(const SgemvKernel& kernel, const GemmArgs<float>& args, int threads) 
   if (m <= 0 || n <= 0 || args.batch <= 0) return;
 
   // op(A) row-major: in place (trans_a N), else copied on this thread -- m x k values per
-  // matrix (one for all when stride_a is 0).
-  const bool copy_a = k > 0 && args.trans_a == Trans::T;
+  // matrix (one for all when stride_a is 0). The bf16 kernel takes it in pairs along k
+  // instead: m x ceil(k / 2) slots per matrix, each two values rounded as the packers round.
+  const bool pairs = k > 0 && kernel.bf16_pairs;
+  const bool copy_a = k > 0 && (args.trans_a == Trans::T || pairs);
   const i64 a_matrices = args.stride_a == 0 ? 1 : args.batch;
+  const i64 row_length = pairs ? (k + 1) / 2 : k;  // of one row of the copy, in floats
   float* rows = nullptr;
   if (copy_a) {
-    rows = t_rows.get(static_cast<std::size_t>(a_matrices * m * k));
+    rows = t_rows.get(static_cast<std::size_t>(a_matrices * m * row_length));
     for (i64 b = 0; b < a_matrices; ++b) {
       const float* a = args.a + b * args.stride_a;
-      float* out = rows + b * m * k;
-      for (i64 p = 0; p < k; ++p)
-        for (i64 i = 0; i < m; ++i) out[i * k + p] = a[p * args.lda + i];
+      float* out = rows + b * m * row_length;
+      auto at = [&](i64 i, i64 p) { return args.trans_a == Trans::T ? a[p * args.lda + i] : a[i * args.lda + p]; };
+      if (pairs) {
+        for (i64 i = 0; i < m; ++i)
+          for (i64 s = 0; s < row_length; ++s) {
+            const std::uint32_t lo = ref::float_to_bf16(at(i, 2 * s));
+            const std::uint32_t hi = 2 * s + 1 < k ? ref::float_to_bf16(at(i, 2 * s + 1)) : 0u;
+            out[i * row_length + s] = ref::float_from_bits(lo | hi << 16);
+          }
+      } else {
+        for (i64 p = 0; p < k; ++p)
+          for (i64 i = 0; i < m; ++i) out[i * k + p] = at(i, p);
+      }
     }
   }
 
@@ -62,8 +78,8 @@ void sgemv(const SgemvKernel& kernel, const GemmArgs<float>& args, int threads) 
     p.m = m, p.n = n, p.k = k;
     p.alpha = args.alpha, p.beta = args.beta;
     if (copy_a) {
-      p.a = rows + (args.stride_a == 0 ? 0 : b) * m * k;
-      p.lda = k;
+      p.a = rows + (args.stride_a == 0 ? 0 : b) * m * row_length;
+      p.lda = row_length;
     } else {
       p.a = args.a + b * args.stride_a;
       p.lda = args.lda;

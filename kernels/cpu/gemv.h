@@ -23,9 +23,16 @@
 // columns), cannot change it: the bits are the same for any thread count.
 //
 // op(A) is read in place when it is row-major (trans_a N); for trans_a T its m x k values,
-// tiny beside B, are first copied row-major. Precision::BF16 stays on the packed path
-// where a bf16 micro-kernel runs (sgemm_wedge): its products are formed by vdpbf16ps or
-// AMX tiles, whose order of additions this kernel does not reproduce.
+// tiny beside B, are first copied row-major.
+//
+// Precision::BF16 where the AVX-512-BF16 micro-kernel runs has its own column kernel
+// (gemv_avx512bf16.cpp, the same template with bf16 pairs): op(A) is rounded to bf16 and
+// paired along k by the driver (m x k/2 values), each vector of B is rounded and paired in
+// registers (vcvtne2ps2bf16, exactly as the packers round), and the products are summed by
+// vdpbf16ps, one pair of k at a time in increasing order, in the micro-kernel's slices of
+// kc = 768 values: the packed bf16 GEMM's bits, with the weights read once, in place. Where
+// AMX tiles run the bf16 GEMM (tdpbf16ps, another order of additions), BF16 stays on the
+// packed path.
 //
 // The kernel is written once (gemv_impl.h, a template over a vector width) and
 // instantiated for AVX-512 (gemv_avx512.cpp) and AVX2 (gemv_avx2.cpp); gemv.cpp is the
@@ -63,6 +70,10 @@ struct GemvMatrix {
 struct SgemvKernel {
   const char* name;
   void (*columns)(const GemvMatrix& p, i64 j0, i64 j1);
+  // bf16 products (vdpbf16ps): op(A) comes as pairs along k, GemvMatrix::a holding m rows of
+  // ceil(k / 2) 32-bit slots (bf16(A[i, 2s]) in the low half, bf16(A[i, 2s + 1]) in the high
+  // half, 0 past k), lda counted in slots; sgemv makes them.
+  bool bf16_pairs = false;
 };
 
 // Defined in gemv_avx512.cpp / gemv_avx2.cpp: call only where the CPU has the instruction set.
@@ -70,15 +81,19 @@ const SgemvKernel& sgemv_avx512_kernel();
 const SgemvKernel& sgemv_avx2_kernel();
 // AVX-512, else AVX2, else nullptr (gemv.cpp).
 const SgemvKernel* best_sgemv_kernel();
+// Defined in gemv_avx512bf16.cpp: the bf16 column kernel (vdpbf16ps), with the bits of
+// bf16_avx512_microkernel(); call only where the CPU has AVX-512-BF16.
+const SgemvKernel& sgemv_avx512bf16_kernel();
 
 // Whether the small-m path can take this call: 1 <= m <= kGemvMaxRows (rows per matrix of
-// the batch); any transposes, alpha, beta, batch, strides and epilogue. It computes in
-// fp32: sgemm_wedge gives it Precision::BF16 calls only when they run as fp32 (bf16_path()
-// Fp32), as the packed GEMM would.
+// the batch); any transposes, alpha, beta, batch, strides and epilogue. The fp32 kernels
+// compute in fp32: sgemm_wedge gives them Precision::BF16 calls only when they run as fp32
+// (bf16_path() Fp32), as the packed GEMM would, and the bf16 kernel those the AVX-512-BF16
+// micro-kernel would run.
 bool gemv_suits(const GemmArgs<float>& args);
 
-// The whole GEMM `args` (m <= kGemvMaxRows, fp32; args.precision is not read) through
-// `kernel`, on up to `threads` threads of the global pool (<= 0: all).
+// The whole GEMM `args` (m <= kGemvMaxRows; args.precision is not read: the kernel's
+// arithmetic is) through `kernel`, on up to `threads` threads of the global pool (<= 0: all).
 void sgemv(const SgemvKernel& kernel, const GemmArgs<float>& args, int threads = 0);
 
 }  // namespace wedge::kernels::cpu

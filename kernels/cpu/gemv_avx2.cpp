@@ -9,6 +9,7 @@ namespace {
 
 struct Lanes {
   using V = vf;
+  static constexpr bool kPairs = false;
   static constexpr int kRegisters = 16;
   static V opaque(V v) {
     asm("" : "+x"(v));

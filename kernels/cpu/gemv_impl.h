@@ -16,6 +16,13 @@
 //                         g < 4): undoes the order in which transposed quads hold their rows
 //   micro_kernel()        the packed GEMM's micro-kernel of the same instruction set: its
 //                         epilogue finishes each block of columns
+//   kPairs                false; true for the bf16 kernel (gemv_avx512bf16.cpp), which also
+//                         defines pair_up(even, odd) (16 bf16 pairs along k, rounded as the
+//                         packers round), broadcast_pair(slot) and dot(acc, a, b) (vdpbf16ps)
+//
+// With kPairs, op(A) arrives paired along k (gemv.h) and every step takes two values of k:
+// the B values of k = 2s and 2s + 1 are rounded and paired in registers and one vdpbf16ps
+// per row adds both products to each lane, exactly as the bf16 micro-kernel's slot s does.
 //
 // THE SAME BITS AS THE PACKED GEMM. Every output is summed exactly as the packed
 // micro-kernel sums it: one chain of FMAs over k in increasing order, restarted from zero
@@ -124,6 +131,27 @@ struct Gemv {
       V acc[M][J];
       clear(acc);
       const float* row = p.b + p0 * p.ldb + j;
+      if constexpr (L::kPairs) {
+        for (i64 q = p0; q < p1; q += 2, row += 2 * p.ldb) {
+          const bool odd = q + 1 < p1;  // else the pair's second value is 0, as packed
+          V bv[J];
+#pragma GCC unroll 8
+          for (int jj = 0; jj < J; ++jj) {
+            const bool masked = kTail && jj == J - 1;
+            const V even = masked ? load_masked(row + jj * W, last) : load(row + jj * W);
+            const V next = !odd ? zero() : masked ? load_masked(row + p.ldb + jj * W, last) : load(row + p.ldb + jj * W);
+            bv[jj] = L::pair_up(even, next);
+          }
+#pragma GCC unroll 8
+          for (int i = 0; i < M; ++i) {
+            const V av = L::broadcast_pair(p.a + i * p.lda + q / 2);
+#pragma GCC unroll 8
+            for (int jj = 0; jj < J; ++jj) acc[i][jj] = L::dot(acc[i][jj], av, bv[jj]);
+          }
+        }
+        finish_slice<M, J, kTail>(p, acc, j, last, p0 == 0);
+        continue;
+      }
       for (i64 q = p0; q < p1; ++q, row += p.ldb) {
         V bv[J];
 #pragma GCC unroll 8
@@ -158,6 +186,30 @@ struct Gemv {
     L::transpose4(t);
   }
 
+  // trans_b T: the products of `count` (1..4) values of k from q, t[s] = W[rows, q + s]
+  // (zeros past count), for the M rows, into column vector jj of acc. Pairs: q is even (the
+  // slices start at multiples of kc), so the values of k pair up as the packed panels do.
+  template <int M, int J>
+  [[gnu::always_inline]] static void accumulate(const GemvMatrix& p, i64 q, const V (&t)[4], int count, V (&acc)[M][J],
+                                                int jj) {
+    if constexpr (L::kPairs) {
+#pragma GCC unroll 2
+      for (int s = 0; s < 4; s += 2) {
+        if (s >= count) break;
+        const V pair = L::pair_up(t[s], t[s + 1]);
+#pragma GCC unroll 8
+        for (int i = 0; i < M; ++i) acc[i][jj] = L::dot(acc[i][jj], L::broadcast_pair(p.a + i * p.lda + (q + s) / 2), pair);
+      }
+    } else {
+#pragma GCC unroll 4
+      for (int s = 0; s < 4; ++s) {
+        if (s >= count) break;
+#pragma GCC unroll 8
+        for (int i = 0; i < M; ++i) acc[i][jj] = fmadd(set1(p.a[i * p.lda + q + s]), t[s], acc[i][jj]);
+      }
+    }
+  }
+
   // trans_b T: J vectors of columns from column j (J * W whole rows of W), for the M rows.
   template <int M, int J>
   static void nt_group(const GemvMatrix& p, i64 j, i64 kc) {
@@ -189,11 +241,7 @@ struct Gemv {
           for (int c = 0; c < 16; c += 4) {
             V t[4];
             transposed_quad(row[jj], p.ldb, q + c, t);
-#pragma GCC unroll 4
-            for (int s = 0; s < 4; ++s)
-#pragma GCC unroll 8
-              for (int i = 0; i < M; ++i)
-                acc[i][jj] = fmadd(set1(p.a[i * p.lda + q + c + s]), t[s], acc[i][jj]);
+            accumulate<M>(p, q + c, t, 4, acc, jj);
           }
       }
       for (; q < p1; q += 4) {  // the slice's last k % 16 values, then k % 4
@@ -205,10 +253,7 @@ struct Gemv {
             transposed_quad(row[jj], p.ldb, q, t);
           else
             transposed_quad(row[jj], p.ldb, q, count, t);
-          for (int s = 0; s < count; ++s)
-#pragma GCC unroll 8
-            for (int i = 0; i < M; ++i)
-              acc[i][jj] = fmadd(set1(p.a[i * p.lda + q + s]), t[s], acc[i][jj]);
+          accumulate<M>(p, q, t, count, acc, jj);
         }
       }
 #pragma GCC unroll 8
@@ -234,11 +279,9 @@ struct Gemv {
         const int count = static_cast<int>(std::min<i64>(4, p1 - q));
         for (int s = 0; s < count; ++s)
           for (int r = 0; r < W; ++r) block[s][r] = r < lines ? w[r * p.ldb + q + s] : 0.0f;
-        for (int s = 0; s < count; ++s) {
-          const V t = load(block[s]);
-#pragma GCC unroll 8
-          for (int i = 0; i < M; ++i) acc[i][0] = fmadd(set1(p.a[i * p.lda + q + s]), t, acc[i][0]);
-        }
+        V t[4];
+        for (int s = 0; s < 4; ++s) t[s] = s < count ? load(block[s]) : zero();
+        accumulate<M>(p, q, t, count, acc, 0);
       }
       finish_slice<M, 1, true>(p, acc, j, first_lanes(lines), p0 == 0);
     }

@@ -5,7 +5,8 @@
 // against the packed GEMM on the same instruction set's micro-kernel; a row's bits the same
 // in a GEMM of 1 to 8 rows as in one of 20 (the packed path); the same bits on any number of
 // threads; and, through the CPU table, that a GEMM of up to 8 rows packs nothing (a bf16 one
-// that a bf16 micro-kernel runs still does), and OpenBLAS's one-row path (cblas_sgemv).
+// too, where the AVX-512-BF16 micro-kernel would run it: the bf16 small-m kernel gives its
+// bits; on AMX tiles it still packs), and OpenBLAS's one-row path (cblas_sgemv).
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -21,14 +22,21 @@
 namespace wedge::kernels::harness {
 namespace {
 
-// Each instruction set's small-m kernel with the packed GEMM's micro-kernel whose bits it gives.
+// Each instruction set's small-m kernel with the packed GEMM's micro-kernel whose bits it
+// gives, and the precision of the products (the reference rounds the operands for BF16).
 struct Tier {
   const cpu::SgemvKernel* gemv;
   const cpu::SgemmMicroKernel* packed;
+  Precision precision = Precision::F32;
 };
 std::vector<Tier> gemv_tiers() {
   std::vector<Tier> tiers;
   if (avx512_available()) tiers.push_back({&cpu::sgemv_avx512_kernel(), &cpu::sgemm_avx512_microkernel()});
+  if (avx512_available() && cpu::has_avx512_bf16()) {
+    tiers.push_back({&cpu::sgemv_avx512bf16_kernel(), &cpu::bf16_avx512_microkernel(), Precision::BF16});
+  } else {
+    MESSAGE("this CPU has no AVX-512-BF16: the bf16 small-m kernel's tests skipped");
+  }
   if (cpu::has_avx2()) {
     tiers.push_back({&cpu::sgemv_avx2_kernel(), &cpu::sgemm_avx2_microkernel()});
   } else {
@@ -123,7 +131,8 @@ std::string shape_name(GemmShape sh, Trans ta, Trans tb) {
 TEST_CASE("cpu gemv: every instruction set's small-m kernel matches the reference, with the packed GEMM's bits") {
   const auto tiers = gemv_tiers();
   std::uint64_t seed = 1000;
-  // k = 800: three of the packed GEMM's slices of k (384, 384, 32)
+  // k = 800: three of the fp32 GEMM's slices of k (384, 384, 32), two of the bf16 one's
+  // (768, 32); odd k: a last pair of k with one value
   for (i64 m : {1, 2, 3, 5, 8})
     for (i64 n : {1, 7, 17, 33, 769})
       for (i64 k : {1, 5, 16, 31, 257, 800})
@@ -139,10 +148,10 @@ TEST_CASE("cpu gemv: every instruction set's small-m kernel matches the referenc
             };
             for (const Variant& v : variants) {
               const GemmShape sh{m, n, k};
-              const Problem p = make_problem(sh, ta, tb, v, seed);
               seed += 4;
-              const Outputs want = reference(p);
               for (const Tier& tier : tiers) {
+                const Problem p = make_problem(sh, ta, tb, v, seed, tier.precision);
+                const Outputs want = reference(p);
                 const std::string what =
                     std::string("gemv ") + tier.gemv->name + " " + shape_name(sh, ta, tb) + " " + v.name();
                 const Outputs got = outputs(p, [&](const GemmArgs<float>& g) { cpu::sgemv(*tier.gemv, g, 2); });
@@ -160,7 +169,7 @@ TEST_CASE("cpu gemv: k = 0 and alpha = 0 give beta C (zeros for beta 0), then th
     for (float beta : {0.0f, 0.5f, 1.0f})
       for (const GemmShape sh : {GemmShape{3, 21, 0}, GemmShape{5, 40, 17}}) {
         Variant v{2, 3, sh.k == 0 ? 1.0f : 0.0f, beta, false, false, true, true};
-        const Problem p = make_problem(sh, Trans::N, Trans::T, v, 77);
+        const Problem p = make_problem(sh, Trans::N, Trans::T, v, 77, tier.precision);
         const std::string what =
             std::string("gemv ") + tier.gemv->name + " " + shape_name(sh, Trans::N, Trans::T) + " " + v.name();
         const Outputs got = outputs(p, [&](const GemmArgs<float>& g) { cpu::sgemv(*tier.gemv, g, 0); });
@@ -181,12 +190,16 @@ TEST_CASE("cpu gemv: a row's bits do not depend on how many rows the GEMM has") 
   }
   const GemmBackend saved = gemm_backend();
   set_gemm_backend(GemmBackend::Wedge);
+  // BF16 as well where the AVX-512-BF16 micro-kernel runs it (the bf16 small-m kernel).
+  std::vector<Precision> precisions = {Precision::F32};
+  if (bf16_path() == Bf16Path::Avx512Bf16) precisions.push_back(Precision::BF16);
+  for (Precision precision : precisions)
   for (Trans ta : {Trans::N, Trans::T})
     for (Trans tb : {Trans::N, Trans::T})
       for (bool epilogue : {false, true}) {
-        const GemmShape all{20, 77, 800};
+        const GemmShape all{20, 77, 1601};  // three slices of either kc, the last one odd
         const Variant v{1, 2, 0.75f, epilogue ? 0.0f : 0.5f, false, false, epilogue, epilogue};
-        const Problem p = make_problem(all, ta, tb, v, 55);
+        const Problem p = make_problem(all, ta, tb, v, 55, precision);
         const Outputs whole = outputs(p, [](const GemmArgs<float>& g) { cpu_table_f32().gemm(g); });
         for (i64 first : {0, 5, 13})
           for (i64 rows : {1, 3, 7}) {
@@ -200,7 +213,8 @@ TEST_CASE("cpu gemv: a row's bits do not depend on how many rows the GEMM has") 
             g.bias = p.bias.empty() ? nullptr : p.bias.data();
             g.aux = p.gelu ? part.aux.data() + first * g.ldc : nullptr;
             cpu_table_f32().gemm(g);
-            INFO(shape_name(all, ta, tb) << " rows " << first << ".." << first + rows << (epilogue ? " with epilogue" : ""));
+            INFO(shape_name(all, ta, tb) << " rows " << first << ".." << first + rows << (epilogue ? " with epilogue" : "")
+                                         << (precision == Precision::BF16 ? " bf16" : ""));
             const auto row_range = [&](const std::vector<float>& x) {
               return std::vector<float>(x.begin() + first * g.ldc, x.begin() + (first + rows) * g.ldc);
             };
@@ -220,7 +234,7 @@ TEST_CASE("cpu gemv: the same bits on 1, 2 and 3 threads") {
           // each thread count (and the batch dealt out across matrices).
           const GemmShape sh{m, 4099, 257};
           Variant v{3, 2, 0.9f, epilogue ? 0.0f : 0.5f, false, false, epilogue, epilogue};
-          const Problem p = make_problem(sh, Trans::N, tb, v, 99);
+          const Problem p = make_problem(sh, Trans::N, tb, v, 99, tier.precision);
           auto run = [&](int threads) {
             Outputs o;
             with_threads(threads, [&] {
@@ -271,9 +285,9 @@ TEST_CASE("cpu gemv: through the CPU table a GEMM of up to 8 rows packs nothing,
       }
       expect_gemm_close(got, reference(p), p, "cpu table gemm " + shape_name(sh, Trans::N, tb));
     }
-  // Precision::BF16: on the packed path where a bf16 micro-kernel runs (it packs), else the
-  // fp32 product, which the small-m path computes.
-  for (const Bf16Path path : {Bf16Path::Fp32, bf16_path()}) {
+  // Precision::BF16: the fp32 product where no bf16 micro-kernel runs, the bf16 small-m
+  // kernel where the AVX-512-BF16 one would (both pack nothing), the packed path on AMX.
+  for (const Bf16Path path : {Bf16Path::Fp32, Bf16Path::Avx512Bf16, bf16_path()}) {
     const Bf16Path saved_path = bf16_path();
     set_bf16_path(path);
     const GemmShape sh{1, 700, 256};
@@ -287,6 +301,12 @@ TEST_CASE("cpu gemv: through the CPU table a GEMM of up to 8 rows packs nothing,
       Problem fp32 = p;
       fp32.args.precision = Precision::F32;
       expect_gemm_close(got, reference(fp32), p, "cpu table gemm bf16 as fp32");
+    } else if (bf16_path() == Bf16Path::Avx512Bf16) {
+      CHECK(cpu::b_packings() == before);
+      const Outputs direct = outputs(p, [](const GemmArgs<float>& g) { cpu::sgemv(cpu::sgemv_avx512bf16_kernel(), g, 0); });
+      CHECK(bitwise_equal(got.c, direct.c));
+      CHECK(bitwise_equal(got.aux, direct.aux));
+      expect_gemm_close(got, reference(p), p, "cpu table gemm bf16 (small-m kernel)");
     } else {
       CHECK(cpu::b_packings() > before);
       expect_gemm_close(got, reference(p), p, "cpu table gemm bf16");
