@@ -2,7 +2,8 @@
 // forward and backward. The recurrence and the layouts are in engine/kernel_table.h
 // (ScanArgs); kernels/ref/selective_scan.cpp derives the backward. In float:
 //   dt = softplus(delta + delta_bias),  h = exp(dt A) h + dt B u,  y = C . h + Dskip u,
-// times silu(z) when the output gate z is given,
+// times silu(z) when the output gate z is given (and, when asked, each segment's step sizes
+// summed in token order by the first chunk of states; their gradient joins every dt's),
 // A = -exp(A_log) <= 0 and dt >= 0, so the decay exp(dt A) lies in [0, 1] (1 when dt == 0,
 // even for A = -inf: no 0 * inf).
 //
