@@ -219,13 +219,12 @@ void sgemm_wedge(const GemmArgs<float>& args, int threads) {
   // A few rows (token-by-token generation): the matrix-vector kernels, which read B once, in
   // place, and give the packed GEMM's bits (gemv.h): fp32, or bf16 where the AVX-512-BF16
   // micro-kernel would run. A BF16 GEMM on AMX tiles stays on the packed path.
-  const bool bf16_kernel = args.precision == Precision::BF16 && bf16_path() != Bf16Path::Fp32;
   if (cpu::gemv_suits(args)) {
-    if (bf16_kernel && bf16_path() == Bf16Path::Avx512Bf16) {
-      cpu::sgemv(cpu::sgemv_avx512bf16_kernel(), args, threads);
-      return;
-    }
-    if (const cpu::SgemvKernel* gemv = cpu::best_sgemv_kernel(); gemv != nullptr && !bf16_kernel) {
+    const Bf16Path path = args.precision == Precision::BF16 ? bf16_path() : Bf16Path::Fp32;
+    const cpu::SgemvKernel* gemv = path == Bf16Path::Fp32         ? cpu::best_sgemv_kernel()
+                                   : path == Bf16Path::Avx512Bf16 ? &cpu::sgemv_avx512bf16_kernel()
+                                                                  : nullptr;
+    if (gemv != nullptr) {
       cpu::sgemv(*gemv, args, threads);
       return;
     }
