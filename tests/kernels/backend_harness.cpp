@@ -25,7 +25,9 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -1419,16 +1421,27 @@ void check_residual_layer_norm(Suite<T>& s) {
 
 template <typename T>
 void check_embedding(Suite<T>& s) {
-  struct Shape { i64 V, D, n; int id_range; };  // ids drawn from [0, id_range): repeats guaranteed
-  std::vector<Shape> shapes = {{1, 1, 1, 1}, {7, 33, 7, 3}, {50, 256, 1000, 50}, {1000, 1, 33, 1000}, {5, 7, 300, 1}};
+  // ids drawn from [0, id_range): repeats guaranteed; or (id_range 0) n distinct rows of
+  // the table in shuffled order, a permutation when n == V (the models' row gathers).
+  struct Shape { i64 V, D, n; int id_range; };
+  std::vector<Shape> shapes = {{1, 1, 1, 1}, {7, 33, 7, 3}, {50, 256, 1000, 50}, {1000, 1, 33, 1000}, {5, 7, 300, 1},
+                               {1, 5, 1, 0},  {300, 37, 300, 0}, {4096, 256, 4096, 0}, {1000, 19, 333, 0}};
   shapes.push_back({s.full() ? 30522 : 3000, 33, 1000, 200});
   if (s.full()) shapes.push_back({30522, 256, 4096, 30522});
   std::uint64_t seed = 1000;
   for (const Shape& sh : shapes) {
     const std::size_t table_size = std::size_t(sh.V * sh.D), out_size = std::size_t(sh.n * sh.D);
     auto table = random_floats(table_size, seed++);
-    auto ids = random_ints(std::size_t(sh.n), seed++, 0, sh.id_range - 1);
-    if (sh.n > 2) ids.back() = int32_t(sh.V - 1);  // the last vocabulary row is used
+    std::vector<std::int32_t> ids;
+    if (sh.id_range > 0) {
+      ids = random_ints(std::size_t(sh.n), seed++, 0, sh.id_range - 1);
+      if (sh.n > 2) ids.back() = int32_t(sh.V - 1);  // the last vocabulary row is used
+    } else {
+      ids.resize(std::size_t(sh.V));
+      std::iota(ids.begin(), ids.end(), 0);
+      std::shuffle(ids.begin(), ids.end(), std::mt19937_64(seed++));
+      ids.resize(std::size_t(sh.n));
+    }
     std::vector<float> out_ref(out_size);
     s.ref.embedding_forward(table.data(), ids.data(), sh.n, sh.V, sh.D, out_ref.data());
     auto gout = random_floats(out_size, seed++);
