@@ -15,8 +15,10 @@
 //   split columns  threads own column ranges and share the packed A block (packed
 //                  cooperatively, one barrier per slice, double-buffered);
 //   split rows     many rows: threads own row ranges and each packs all of B (a small
-//                  duplicate cost, no barriers). When all columns fit one B block, each
-//                  A panel is packed right before use into an L1 buffer (streaming);
+//                  duplicate cost, no barriers). When all columns fit one B block and the
+//                  rows of op(A) are contiguous in k, each A panel is packed right before
+//                  use into an L1 buffer (streaming); op(A) = A^T is packed a block of
+//                  rows at a time instead, each source row read once, front to back;
 //   split k        small C, long k (weight gradients): threads own k ranges and the
 //                  partial products are added in thread order at the end;
 //   whole matrices a batch of small products is spread over the threads.
@@ -276,29 +278,26 @@ void compute_block(const SgemmMicroKernel& mk, const GemmBlocking& blk, const Ma
   // course 13 end
 }
 
-// Asks for the source of one A panel (rows [row, row + mr) of op(A), k slice [p0, p0 + kc))
-// to be brought into L2, in `parts` portions: portion `part` now. One cache line per 16
-// floats along the contiguous direction.
+// Asks for the source of one A panel (rows [row, row + mr) of op(A), k slice [p0, p0 + kc);
+// the rows contiguous in k) to be brought into L2, in `parts` portions: portion `part` now.
+// One cache line per 16 floats of each row.
 void prefetch_a_panel(const SgemmMicroKernel& mk, const MatrixProblem& pr, i64 row, i64 rows_left,
                       i64 p0, i64 kc, i64 part, i64 parts) {
   const i64 rows = std::min<i64>(mk.mr, rows_left);
   if (rows <= 0) return;
-  const bool k_contiguous = pr.a_col_stride == 1;
-  const i64 along = k_contiguous ? ceil_div(kc, 16) : kc;  // lines per source row
-  const i64 lines = k_contiguous ? rows * along : along * ceil_div(rows, 16);
+  const i64 along = ceil_div(kc, 16);  // lines per source row
+  const i64 lines = rows * along;
   const i64 begin = lines * part / parts, end = lines * (part + 1) / parts;
   for (i64 line = begin; line < end; ++line) {
     const i64 outer = line / along, inner = line % along;
-    const float* address = k_contiguous ? pr.a + (row + outer) * pr.a_row_stride + p0 + 16 * inner
-                                        : pr.a + (p0 + inner) * pr.a_col_stride + row + 16 * outer;
-    __builtin_prefetch(address, 0, 2);
+    __builtin_prefetch(pr.a + (row + outer) * pr.a_row_stride + p0 + 16 * inner, 0, 2);
   }
 }
 
-// One thread's rows when all of C's columns fit one B block: B is packed once per k
-// slice, and each A panel is packed just before the row of tiles that uses it, into a
-// buffer that stays in L1, while the source of the next panel is prefetched a little
-// before each tile. Packed A then never travels to L2 and back, and reading A from memory
+// One thread's rows when all of C's columns fit one B block and the rows of op(A) are
+// contiguous in k: B is packed once per k slice, and each A panel is packed just before
+// the row of tiles that uses it, into a buffer that stays in L1, while the source of the
+// next panel is prefetched a little before each tile. Packed A then never travels to L2 and back, and reading A from memory
 // overlaps the arithmetic.
 void matrix_rows_streaming(const SgemmMicroKernel& mk, const GemmBlocking& blk,
                            const MatrixProblem& pr, i64 row0, i64 rows, const PackedB& whole) {
@@ -340,7 +339,10 @@ void matrix_split_rows(const SgemmMicroKernel& mk, const GemmBlocking& blk, cons
   if (first == last) return;
   const i64 my_row0 = first * mk.mr;
   const i64 my_rows = std::min(pr.m, last * mk.mr) - my_row0;
-  if (pr.n <= blk.nc) {
+  // Streaming reads each source row of an A^T panel for only mr floats, kc rows far apart
+  // (often a power of two apart, so they collide in the caches' sets): measured slower than
+  // packing the block, whose packer reads every source row once, front to back.
+  if (pr.n <= blk.nc && pr.a_col_stride == 1) {
     matrix_rows_streaming(mk, blk, pr, my_row0, my_rows, whole);
     return;
   }

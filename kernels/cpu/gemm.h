@@ -59,6 +59,22 @@ struct SgemmMicroKernel {
                    Activation act, float* aux);
 };
 
+// Packers reading a source whose rows are far apart (often 4 KiB, where the hardware
+// prefetchers stop at the page's end), each row once front to back, ask for the row
+// kRowsAhead further on beside each piece they copy: prefetch_piece brings the floats
+// [at, at + width) of that row (clipped to its `count` floats) into L2, a line per 16
+// floats, and for the last piece also the row's end, so every line is asked for once the
+// pieces are contiguous. Where the rows read lie back to back (stride == count) the
+// source is one run that the hardware prefetchers follow: rows_ahead gives null then.
+constexpr i64 kRowsAhead = 4;
+inline const float* rows_ahead(const float* row, i64 stride, i64 count, i64 row_index, i64 rows) {
+  return stride > count && row_index + kRowsAhead < rows ? row + kRowsAhead * stride : nullptr;
+}
+inline void prefetch_piece(const float* row, i64 at, i64 width, i64 count, bool last) {
+  for (i64 j = at; j < at + width && j < count; j += 16) __builtin_prefetch(row + j, 0, 2);
+  if (last) __builtin_prefetch(row + count - 1, 0, 2);
+}
+
 // Slots of one panel over kc values of k.
 inline i64 panel_depth(const SgemmMicroKernel& mk, i64 kc) {
   const i64 slots = (kc + mk.k_per_slot - 1) / mk.k_per_slot;

@@ -6,6 +6,8 @@
 // per step of k.
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/simd_avx2.h"
 
@@ -84,12 +86,17 @@ void pack_a_6(const float* a, i64 row_stride, i64 col_stride, i64 rows, i64 kc, 
         for (int r = 0; r < kMr; ++r) panel[p * kMr + r] = r < lines ? src[r * row_stride + p] : 0.0f;
     }
   } else {
-    for (i64 q = 0; q < panels; ++q) {
-      float* panel = out + q * kMr * kc;
-      const i64 lines = rows - q * kMr < kMr ? rows - q * kMr : kMr;
-      const float* src = a + q * kMr;
-      for (i64 p = 0; p < kc; ++p)
-        for (int r = 0; r < kMr; ++r) panel[p * kMr + r] = r < lines ? src[r + p * col_stride] : 0.0f;
+    // op(A) = A^T: row p of the source holds one k of every panel; read it once, front to
+    // back (masked loads read zeros past the last row).
+    const __m256i six = first_lanes_i(kMr);
+    for (i64 p = 0; p < kc; ++p) {
+      const float* src = a + p * col_stride;
+      const float* ahead = rows_ahead(src, col_stride, rows, p, kc);
+      for (i64 q = 0; q < panels; ++q) {
+        if (ahead != nullptr) prefetch_piece(ahead, q * kMr, kMr, rows, q + 1 == panels);
+        _mm256_maskstore_ps(out + q * kMr * kc + p * kMr, six,
+                            _mm256_maskload_ps(src + q * kMr, first_lanes_i(std::min<i64>(kMr, rows - q * kMr))));
+      }
     }
   }
 }

@@ -93,10 +93,12 @@ void pack_a_14(const float* a, i64 row_stride, i64 col_stride, i64 rows, i64 kc,
     // it once, front to back, dealing 14-float pieces to the panels.
     for (i64 p = 0; p < kc; ++p) {
       const float* src = a + p * col_stride;
+      const float* ahead = rows_ahead(src, col_stride, rows, p, kc);
       if (p < next_kc) {
         for (i64 r = 0; r < rows; r += 16) prefetch_l2(src + kc * col_stride + r);
       }
       for (i64 q = 0; q < panels; ++q) {
+        if (ahead != nullptr) prefetch_piece(ahead, q * kMr, kMr, rows, q + 1 == panels);
         _mm512_mask_storeu_ps(out + q * kMr * kc + p * kMr, kPanelLanes,
                               _mm512_maskz_loadu_ps(first_lanes(rows - q * kMr), src + q * kMr));
       }
@@ -111,11 +113,13 @@ void pack_b_32(const float* b, i64 row_stride, i64 col_stride, i64 kc, i64 next_
     // op(B) = B: row p of the source holds 32 floats for each panel; read it front to back.
     for (i64 p = 0; p < kc; ++p) {
       const float* src = b + p * row_stride;
+      const float* ahead = rows_ahead(src, row_stride, cols, p, kc);
       if (p < next_kc) {
         for (i64 c = 0; c < cols; c += 16) prefetch_l2(src + kc * row_stride + c);
       }
       for (i64 q = 0; q < panels; ++q) {
         const i64 c = q * kNr;
+        if (ahead != nullptr) prefetch_piece(ahead, c, kNr, cols, q + 1 == panels);
         float* dst = out + q * kNr * kc + p * kNr;
         _mm512_store_ps(dst, _mm512_maskz_loadu_ps(first_lanes(cols - c), src + c));
         _mm512_store_ps(dst + 16, _mm512_maskz_loadu_ps(first_lanes(cols - c - 16), src + c + 16));

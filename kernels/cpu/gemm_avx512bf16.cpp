@@ -57,7 +57,7 @@ void bf16_kernel_14x32(i64 depth, const float* __restrict ap, const float* __res
 }
 
 void pack_a_bf16(const float* a, i64 row_stride, i64 col_stride, i64 rows, i64 kc, i64 /*next_kc*/, float* out) {
-  bf16::pack_k_major(a, row_stride, col_stride, rows, kc, kMr, (kc + 1) / 2, out);
+  bf16::pack_k_major(a, row_stride, col_stride, rows, kc, kMr, (kc + 1) / 2, out, /*rows_once=*/true);
 }
 
 void pack_b_bf16(const float* b, i64 row_stride, i64 col_stride, i64 kc, i64 /*next_kc*/, i64 cols, float* out) {

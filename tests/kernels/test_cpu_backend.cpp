@@ -217,6 +217,20 @@ void check_gemm_path(const GemmPath& path, const std::vector<GemmShape>& shapes,
   CHECK(host.bytes_in_use() == 0);
 }
 
+// C (and, with the epilogue, aux after it) of the product `g` on a, b through the packed
+// driver: C starts as c0; beta 0.5 without the epilogue, bias and GELU with it (beta 0).
+std::vector<float> packed_product(const cpu::SgemmMicroKernel& mk, const cpu::GemmBlocking& blk, GemmArgs<float> g,
+                                  const float* a, const float* b, const std::vector<float>& c0,
+                                  const std::vector<float>& bias, bool epilogue, int threads) {
+  std::vector<float> out = c0, aux(out.size(), 0.0f);
+  g.beta = epilogue ? 0.0f : 0.5f;
+  g.a = a, g.b = b, g.c = out.data();
+  if (epilogue) g.bias = bias.data(), g.act = Activation::Gelu, g.aux = aux.data();
+  cpu::sgemm_packed(mk, blk, g, threads);
+  out.insert(out.end(), aux.begin(), aux.end());
+  return out;
+}
+
 std::vector<const cpu::SgemmMicroKernel*> micro_kernels() {
   std::vector<const cpu::SgemmMicroKernel*> kernels;
   if (avx512_available()) kernels.push_back(&cpu::sgemm_avx512_microkernel());
@@ -314,14 +328,7 @@ TEST_CASE("cpu gemm: B packed once up front gives the bits of B packed block by 
             const auto bias = random_floats(std::size_t(c.shape.n), 23);
             const auto c0 = random_floats(std::size_t(l.c_size * c.batch), 24);
             auto run = [&](const cpu::GemmBlocking& blk) {
-              std::vector<float> out = c0, aux(out.size(), 0.0f);
-              GemmArgs<float> g = l.args;
-              g.beta = epilogue ? 0.0f : 0.5f;
-              g.a = a.data(), g.b = b.data(), g.c = out.data();
-              if (epilogue) g.bias = bias.data(), g.act = Activation::Gelu, g.aux = aux.data();
-              cpu::sgemm_packed(*mk, blk, g, c.threads);
-              out.insert(out.end(), aux.begin(), aux.end());
-              return out;
+              return packed_product(*mk, blk, l.args, a.data(), b.data(), c0, bias, epilogue, c.threads);
             };
             const i64 before = cpu::whole_b_packings();
             const auto packed_once = run(once);
@@ -344,6 +351,56 @@ TEST_CASE("cpu gemm: B packed once up front gives the bits of B packed block by 
     CHECK(cpu::whole_b_packings() == before);
     CHECK(out[0] == float(shape.k));
   }
+}
+
+TEST_CASE("cpu gemm: an operand stored transposed gives the bits of the same operand stored as it is used") {
+  // The packers read op(A) and op(B) along k or across it, and the driver routes the two
+  // layouts differently (rows of A contiguous in k stream panel by panel through L1 when
+  // every column fits one B block; A^T is packed a block at a time, its source rows read
+  // front to back). The panels hold the same values either way, so every transpose pair
+  // must give the bits of the untransposed product. Shapes and thread counts that take the
+  // driver's paths: split rows with every column in one B block, split columns, split k,
+  // one thread over several row blocks (small blocking), with beta and with the epilogue.
+  std::vector<const cpu::SgemmMicroKernel*> kernels = micro_kernels();
+  if (cpu::has_avx512_bf16()) {
+    kernels.push_back(&cpu::bf16_avx512_microkernel());
+    kernels.push_back(&cpu::bf16_amx_emulated_microkernel());
+  }
+  if (cpu::amx_usable()) kernels.push_back(&cpu::bf16_amx_microkernel());
+  struct Case { GemmShape shape; int threads; bool small_blocks; };
+  const Case cases[] = {{{700, 60, 300}, 2, false}, {{1000, 200, 70}, 2, false}, {{64, 900, 800}, 2, false},
+                        {{40, 33, 5000}, 2, false}, {{333, 47, 77}, 1, true},   {{101, 150, 77}, 2, true},
+                        {{29, 1, 45}, 1, false}};
+  for (const cpu::SgemmMicroKernel* mk : kernels)
+    for (const Case& c : cases)
+      for (bool epilogue : {false, true}) {
+        const GemmShape& sh = c.shape;
+        const cpu::GemmBlocking blk = c.small_blocks ? cpu::GemmBlocking{mk->mr * 4, 24 * mk->k_per_slot, mk->nr * 3}
+                                                     : cpu::default_blocking(*mk);
+        const auto op_a = random_floats(std::size_t(sh.m * sh.k), 31);  // op(A)(i, p) at i * k + p
+        const auto op_b = random_floats(std::size_t(sh.k * sh.n), 32);  // op(B)(p, j) at p * n + j
+        const auto bias = random_floats(std::size_t(sh.n), 33);
+        const auto c0 = random_floats(std::size_t(sh.m * (sh.n + 2)), 34);
+        auto run = [&](Trans ta, Trans tb) {
+          const GemmLayout l = gemm_layout(ta, tb, sh, 1, 2);
+          std::vector<float> a(std::size_t(l.a_size), 0.0f), b(std::size_t(l.b_size), 0.0f);
+          for (i64 i = 0; i < sh.m; ++i)
+            for (i64 p = 0; p < sh.k; ++p)
+              a[std::size_t(ta == Trans::N ? i * l.args.lda + p : p * l.args.lda + i)] = op_a[std::size_t(i * sh.k + p)];
+          for (i64 p = 0; p < sh.k; ++p)
+            for (i64 j = 0; j < sh.n; ++j)
+              b[std::size_t(tb == Trans::N ? p * l.args.ldb + j : j * l.args.ldb + p)] = op_b[std::size_t(p * sh.n + j)];
+          return packed_product(*mk, blk, l.args, a.data(), b.data(), c0, bias, epilogue, c.threads);
+        };
+        const auto as_used = run(Trans::N, Trans::N);
+        for (Trans ta : {Trans::N, Trans::T})
+          for (Trans tb : {Trans::N, Trans::T}) {
+            INFO(mk->name << " " << sh.m << "x" << sh.n << "x" << sh.k << " threads " << c.threads
+                          << (c.small_blocks ? " small blocks" : "") << " trans " << int(ta) << int(tb)
+                          << (epilogue ? " with bias and GELU" : ""));
+            CHECK(bitwise_equal(run(ta, tb), as_used));
+          }
+      }
 }
 
 TEST_CASE("cpu gemm: the table entry follows the backend switch; OpenBLAS agrees with the reference") {
