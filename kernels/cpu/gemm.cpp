@@ -183,7 +183,8 @@ struct PackedB {
 
 // How many times the driver packs all of B when each thread packs it for its own rows
 // (split rows; team 1 is one thread with all of them): once per block of mc rows, or once
-// in all when every column fits one B block (the rows are then streamed).
+// in all when every column fits one B block and the rows of op(A) are contiguous in k (the
+// rows are then streamed; op(A) = A^T goes block by block).
 i64 b_packings_split_rows(const SgemmMicroKernel& mk, const GemmBlocking& blk, const MatrixProblem& pr,
                           int team) {
   const i64 panels = ceil_div(pr.m, mk.mr);
@@ -192,7 +193,7 @@ i64 b_packings_split_rows(const SgemmMicroKernel& mk, const GemmBlocking& blk, c
     const i64 first = panels * t / team, last = panels * (t + 1) / team;
     if (first == last) continue;
     const i64 rows = std::min(pr.m, last * mk.mr) - first * mk.mr;
-    packings += pr.n <= blk.nc ? 1 : ceil_div(rows, blk.mc);
+    packings += pr.n <= blk.nc && pr.a_col_stride == 1 ? 1 : ceil_div(rows, blk.mc);
   }
   return packings;
 }

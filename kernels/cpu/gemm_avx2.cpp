@@ -61,9 +61,9 @@ void sgemm_kernel_6x16(i64 kc, const float* __restrict ap, const float* __restri
 // contiguous in k: 8 values of k of the panel's rows are loaded per row and transposed in
 // registers, then written as 8 consecutive 6-float slots (each full store spills 2 floats
 // into the next slot, which the next store overwrites; the last store is masked). Rows
-// across k (A transposed): per panel, per k, the 6 rows are 6 consecutive floats; a
-// panel's kc source rows (24 KB at kc = 384) stay in L1 for the next panel, which reads
-// the floats right after.
+// across k (A transposed): source row p holds k = p of every panel, 6 consecutive floats
+// each; it is read once, front to back, for all the panels, with the row kRowsAhead on
+// prefetched (gemm.h).
 void pack_a_6(const float* a, i64 row_stride, i64 col_stride, i64 rows, i64 kc, i64 /*next_kc*/,
               float* out) {
   const i64 panels = (rows + kMr - 1) / kMr;

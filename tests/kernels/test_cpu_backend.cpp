@@ -303,8 +303,9 @@ TEST_CASE("cpu gemm: bit-identical results across runs and thread counts") {
 TEST_CASE("cpu gemm: B packed once up front gives the bits of B packed block by block") {
   // Shapes and thread counts that take each path of the driver that packs all of op(B)
   // once: one thread over several blocks of rows, threads splitting rows (each would pack
-  // B itself; with every column in one B block the rows are streamed), threads splitting
-  // columns over several blocks of rows, and a batch sharing one B.
+  // B itself; with every column in one B block and op(A) contiguous in k the rows are
+  // streamed), threads splitting columns over several blocks of rows, and a batch sharing
+  // one B.
   struct Case { GemmShape shape; i64 batch; bool shared_b; int threads; };
   const Case cases[] = {{{101, 150, 77}, 1, false, 1},  {{333, 47, 41}, 1, false, 2}, {{333, 150, 77}, 1, false, 2},
                         {{101, 333, 41}, 1, false, 3},  {{101, 333, 41}, 1, false, 2}, {{37, 70, 50}, 5, true, 2},
@@ -338,8 +339,24 @@ TEST_CASE("cpu gemm: B packed once up front gives the bits of B packed block by 
             CHECK(cpu::whole_b_packings() == after);
           }
   }
+  // One thread, every column in one B block, several blocks of rows: op(A) = A^T goes
+  // block by block (it is not streamed), so B is packed once up front for all the blocks.
+  for (const cpu::SgemmMicroKernel* mk : micro_kernels()) {
+    const GemmShape shape{333, std::min<i64>(47, mk->nr * 3), 41};
+    const GemmLayout l = gemm_layout(Trans::T, Trans::N, shape, 1, 1);
+    const auto a = random_floats(std::size_t(l.a_size), 25), b = random_floats(std::size_t(l.b_size), 26);
+    const auto bias = random_floats(std::size_t(shape.n), 27), c0 = random_floats(std::size_t(l.c_size), 28);
+    cpu::GemmBlocking once{mk->mr * 4, 24, mk->nr * 3};
+    cpu::GemmBlocking per_block = once;
+    per_block.pack_b_once = false;
+    INFO(mk->name);
+    const i64 before = cpu::whole_b_packings();
+    const auto packed_once = packed_product(*mk, once, l.args, a.data(), b.data(), c0, bias, false, 1);
+    CHECK(cpu::whole_b_packings() == before + 1);
+    CHECK(bitwise_equal(packed_product(*mk, per_block, l.args, a.data(), b.data(), c0, bias, false, 1), packed_once));
+  }
   // B packed once in a single block of rows per thread, or with every column in one B block
-  // on one thread, would gain nothing: the driver packs as before.
+  // and op(A) streamed on one thread, would gain nothing: the driver packs as before.
   const cpu::SgemmMicroKernel& mk = *micro_kernels().front();
   for (GemmShape shape : {GemmShape{20, 50, 30}, GemmShape{1000, 20, 30}}) {
     const GemmLayout l = gemm_layout(Trans::N, Trans::N, shape, 1, 0);
@@ -359,7 +376,8 @@ TEST_CASE("cpu gemm: an operand stored transposed gives the bits of the same ope
   // every column fits one B block; A^T is packed a block at a time, its source rows read
   // front to back). The panels hold the same values either way, so every transpose pair
   // must give the bits of the untransposed product. Shapes and thread counts that take the
-  // driver's paths: split rows with every column in one B block, split columns, split k,
+  // driver's paths for single matrices: split rows with every column in one B block, split
+  // columns, split k (fp32: the bf16 kernels' deeper k slices keep 5,000 in split rows),
   // one thread over several row blocks (small blocking), with beta and with the epilogue.
   std::vector<const cpu::SgemmMicroKernel*> kernels = micro_kernels();
   if (cpu::has_avx512_bf16()) {
