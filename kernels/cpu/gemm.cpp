@@ -298,8 +298,8 @@ void prefetch_a_panel(const SgemmMicroKernel& mk, const MatrixProblem& pr, i64 r
 // One thread's rows when all of C's columns fit one B block and the rows of op(A) are
 // contiguous in k: B is packed once per k slice, and each A panel is packed just before
 // the row of tiles that uses it, into a buffer that stays in L1, while the source of the
-// next panel is prefetched a little before each tile. Packed A then never travels to L2 and back, and reading A from memory
-// overlaps the arithmetic.
+// next panel is prefetched a little before each tile. Packed A then never travels to L2
+// and back, and reading A from memory overlaps the arithmetic.
 void matrix_rows_streaming(const SgemmMicroKernel& mk, const GemmBlocking& blk,
                            const MatrixProblem& pr, i64 row0, i64 rows, const PackedB& whole) {
   const i64 a_panels = ceil_div(rows, mk.mr);

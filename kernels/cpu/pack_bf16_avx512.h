@@ -58,34 +58,19 @@ inline void pack_lines_contiguous(const float* src, i64 stride, int lines, i64 k
 }
 
 // Lines across k (A^T's rows hold one k for every row of op(A); B's rows one k for every
-// column): element (k = p, line j) at src[p * stride + j], `lines` lines present. Writes
-// width-slot rows of the panel at depth s from the source rows 2s and 2s + 1.
-inline void pack_lines_across(const float* src, i64 stride, i64 lines, i64 kc, int width, float* panel) {
-  const i64 depth = (kc + 1) / 2;
-  for (i64 s = 0; s < depth; ++s) {
-    const float* even = src + 2 * s * stride;
-    const bool has_odd = 2 * s + 1 < kc;
-    float* out = panel + s * width;
-    for (int half = 0; half * 16 < width; ++half) {
-      const __mmask16 load = first_lanes(lines - 16 * half);
-      const __m512 e = _mm512_maskz_loadu_ps(load, even + 16 * half);
-      const __m512 o = has_odd ? _mm512_maskz_loadu_ps(load, even + stride + 16 * half) : _mm512_setzero_ps();
-      _mm512_mask_storeu_ps(out + 16 * half, first_lanes(width - 16 * half), pair_up(e, o));
-    }
-  }
-}
-
-// The same layout for a block of several panels (`depth` slots apart), read the other way
-// round: row pair (2s, 2s + 1) of the source gives slot s of every panel, so each source
-// row is read once, front to back, with the rows kRowsAhead further on asked for piece by
-// piece (gemm.h). For A^T, whose rows are often a power of two apart: read panel by panel,
-// its kc short pieces collide in the caches' sets.
-inline void pack_rows_across(const float* src, i64 stride, i64 lines, i64 kc, int width, i64 depth, float* out) {
+// column): element (k = p, line j) at src[p * stride + j], `lines` lines present, dealt to
+// ceil(lines / width) panels `depth` slots apart. Row pair (2s, 2s + 1) of the source gives
+// slot s of every panel, so each source row is read once, front to back. With `prefetch`
+// the rows kRowsAhead further on are asked for piece by piece (gemm.h): for a block of
+// A^T, whose rows are often a power of two apart, where read panel by panel its kc short
+// pieces collide in the caches' sets.
+inline void pack_lines_across(const float* src, i64 stride, i64 lines, i64 kc, int width, i64 depth, float* out,
+                              bool prefetch) {
   const i64 slots = (kc + 1) / 2, panels = (lines + width - 1) / width;
   for (i64 s = 0; s < slots; ++s) {
     const float* even = src + 2 * s * stride;
     const bool has_odd = 2 * s + 1 < kc;
-    const float* ahead = rows_ahead(even, stride, lines, 2 * s + 1, kc);
+    const float* ahead = prefetch ? rows_ahead(even, stride, lines, 2 * s + 1, kc) : nullptr;
     for (i64 q = 0; q < panels; ++q) {
       if (ahead != nullptr) {
         prefetch_piece(ahead, q * width, width, lines, q + 1 == panels);
@@ -114,17 +99,17 @@ inline void zero_tail(float* panel, int width, i64 from, i64 depth) {
 // line]), `depth` slots deep (>= ceil(kc / 2); slots past the data are zero). Element
 // (line, p) is src[line * line_stride + p * k_stride]; one stride is 1. For op(A) the lines
 // are its rows (line_stride = row_stride, k_stride = col_stride), for op(B) its columns.
-// rows_once (A blocks): lines across k are packed by pack_rows_across, all panels at once.
+// rows_once (A blocks): lines across k are packed all panels at once, prefetching.
 inline void pack_k_major(const float* src, i64 line_stride, i64 k_stride, i64 lines, i64 kc, int width, i64 depth,
                          float* out, bool rows_once = false) {
-  if (rows_once && k_stride != 1) pack_rows_across(src, k_stride, lines, kc, width, depth, out);
+  if (rows_once && k_stride != 1) pack_lines_across(src, k_stride, lines, kc, width, depth, out, true);
   for (i64 q = 0; q * width < lines; ++q) {
     const i64 here = lines - q * width < width ? lines - q * width : width;
     float* panel = out + q * width * depth;
     if (k_stride == 1)
       pack_lines_contiguous(src + q * width * line_stride, line_stride, static_cast<int>(here), kc, width, panel);
     else if (!rows_once)
-      pack_lines_across(src + q * width * line_stride, k_stride, here, kc, width, panel);
+      pack_lines_across(src + q * width * line_stride, k_stride, here, kc, width, depth, panel, false);
     zero_tail(panel, width, (kc + 1) / 2, depth);
   }
 }
