@@ -32,16 +32,20 @@ sources() {
 }
 
 marked_files() {
-  sources | grep -E '\.(cpp|h|cu|cuh)$' | while read -r f; do
-    if [ -f "$f" ] && grep -q '// course [0-9][0-9] begin' "$f"; then echo "$f"; fi
-  done
+  # One grep over all the files (a process per file made `check` take a minute); files
+  # listed by git but deleted from the work tree are skipped as before.
+  sources | grep -E '\.(cpp|h|cu|cuh)$' | tr '\n' '\0' |
+    xargs -0 -r grep -l --no-messages -e '// course [0-9][0-9] begin' -- || true
 }
 
 # "NN<TAB>title<TAB>file" for every region, in exercise order.
 regions() {
-  marked_files | while read -r f; do
-    sed -n "s|^[[:space:]]*// course \([0-9][0-9]\) begin: \(.*\)$|\1\t\2\t$f|p" "$f"
-  done | sort -s -k1,1
+  local files
+  mapfile -t files < <(marked_files)
+  [ "${#files[@]}" -gt 0 ] || return 0
+  awk 'match($0, /^[[:space:]]*\/\/ course [0-9][0-9] begin: /) {
+         printf "%s\t%s\t%s\n", substr($0, RSTART + RLENGTH - 10, 2), substr($0, RSTART + RLENGTH), FILENAME }' \
+    "${files[@]}" | sort -s -k1,1
 }
 
 # Checks one file's markers: every begin closed by the end of the same number, no nesting.
@@ -105,13 +109,14 @@ case "${1:-}" in
     status=0
     while read -r f; do check_file "$f" || status=1; done < <(marked_files)
     graded="$(sed -n 's/^wedge_course_exercise(\([0-9][0-9]\) .*/\1/p' tests/course.cmake | sort -u)"
-    for n in $(regions | cut -f1 | sort -u); do
+    marked="$(regions | cut -f1 | sort -u)"
+    for n in $marked; do
       grep -qx "$n" <<< "$graded" || { echo "course: exercise $n has no test in tests/course.cmake"; status=1; }
     done
     for n in $graded; do
-      regions | cut -f1 | grep -qx "$n" || { echo "course: tests/course.cmake grades exercise $n, which no source marks"; status=1; }
+      grep -qx "$n" <<< "$marked" || { echo "course: tests/course.cmake grades exercise $n, which no source marks"; status=1; }
     done
-    [ "$status" = 0 ] && echo "course: $(regions | cut -f1 | sort -u | wc -l) exercises, every region well formed and graded"
+    [ "$status" = 0 ] && echo "course: $(wc -l <<< "$marked") exercises, every region well formed and graded"
     exit "$status"
     ;;
   make)
