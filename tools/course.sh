@@ -116,7 +116,7 @@ case "${1:-}" in
     for n in $graded; do
       grep -qx "$n" <<< "$marked" || { echo "course: tests/course.cmake grades exercise $n, which no source marks"; status=1; }
     done
-    [ "$status" = 0 ] && echo "course: $(wc -l <<< "$marked") exercises, every region well formed and graded"
+    [ "$status" = 0 ] && echo "course: $(wc -w <<< "$marked") exercises, every region well formed and graded"
     exit "$status"
     ;;
   make)
