@@ -8,8 +8,10 @@
 #   tools/sanitize.sh -R '^engine$'    # further arguments go to ctest (here: one room only)
 #   tools/sanitize.sh --help
 #
-# The build: GCC (g++, or CXX when set), -O2 as in Release (some compiler behaviour shows
-# only when optimising), CUDA off (WEDGE_CUDA=OFF: the sanitizers see host code only), and
+# The build: GCC (g++, or CXX when set), the engine at -O2 as in Release (some compiler
+# behaviour shows only when optimising) and the test files at -O1 (assertions, compiled in
+# about half the time; the CUDA kernels' host emulation keeps -O2), CUDA off
+# (WEDGE_CUDA=OFF: the sanitizers see host code only), and
 # the sanitizer flags from CMakeLists.txt's WEDGE_SANITIZE option (-fsanitize=address,
 # undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer). Benchmarks are not
 # built: they are not run here.
