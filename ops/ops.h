@@ -147,7 +147,8 @@ Tensor plucker_mean(const Tensor& z, const std::vector<std::int32_t>& offsets, d
 // or undefined: y = (C . h + Dskip u) silu(z), the ungated output never written. Returns y
 // (batch, L, D). Differentiable in every input, h0 and z included; backward recomputes
 // states per segment. With h_last, also the state after each segment's last token,
-// (batch, segments, D, N) — for a stream to continue from; no gradient flows through it.
+// (batch, segments, D, N), differentiable: a stream continues from it, and SheafStateLM
+// reads each patch's output at its last token from it.
 // With step_sums, also each segment's step sizes summed over its tokens, sum_t dt[b, t, d]
 // (batch, segments, D), differentiable: the decay exp(A sum dt) a state left at the
 // segment's start has at its end, which SheafStateLM's gluing chain reads.

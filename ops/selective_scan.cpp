@@ -70,27 +70,33 @@ Tensor selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A_log,
   std::vector<Tensor> keep;
   for (const Tensor& t : inputs) keep.push_back(t.defined() ? t.contiguous() : Tensor());
 
-  // The outputs: y, and the step sums when asked for (both differentiable).
+  // The outputs: y, and the step sums and the last states when asked for (all
+  // differentiable).
   std::vector<Tensor> outputs = {Tensor::empty(u.shape(), u.dtype(), u.device())};
+  const int sums_at = step_sums != nullptr ? static_cast<int>(outputs.size()) : -1;
   if (step_sums != nullptr) outputs.push_back(Tensor::empty({batch, segments, D}, u.dtype(), u.device()));
-  if (h_last != nullptr) *h_last = Tensor::zeros({batch, segments, D, N}, u.dtype(), u.device());
+  const int last_at = h_last != nullptr ? static_cast<int>(outputs.size()) : -1;
+  if (h_last != nullptr) outputs.push_back(Tensor::zeros({batch, segments, D, N}, u.dtype(), u.device()));
   dispatch_float(kOp, u, [&](auto tag) {
     using T = decltype(tag);
     if (outputs[0].numel() > 0)
       need(kOp, table<T>(kOp, u).selective_scan_forward, u)(scan_args<T>(keep, segment), outputs[0].data<T>(),
-                                                          h_last != nullptr ? h_last->data<T>() : nullptr,
-                                                          step_sums != nullptr ? outputs[1].data<T>() : nullptr);
+                                                          last_at >= 0 ? outputs[last_at].data<T>() : nullptr,
+                                                          sums_at >= 0 ? outputs[sums_at].data<T>() : nullptr);
   });
   std::vector<Tensor> saved_inputs;
   for (const Tensor& t : keep) saved_inputs.push_back(saved(t));
   const Shape y_shape = u.shape();
   outputs = record_multi_op(
       std::move(outputs), kOp, inputs,
-      [keep = std::move(saved_inputs), segment, y_shape](const std::vector<Tensor>& g_out) -> std::vector<Tensor> {
-        // An output no gradient reached: gy reads as zeros, the step sums' gradient is absent.
+      [keep = std::move(saved_inputs), segment, y_shape, sums_at, last_at](const std::vector<Tensor>& g_out) -> std::vector<Tensor> {
+        // An output no gradient reached: gy reads as zeros, the others' gradients are absent.
         const Tensor& any = keep[0];
         const Tensor gy = g_out[0].defined() ? g_out[0].contiguous() : Tensor::zeros(y_shape, any.dtype(), any.device());
-        const Tensor g_sums = g_out.size() > 1 && g_out[1].defined() ? g_out[1].contiguous() : Tensor();
+        auto optional = [&](int at) {
+          return at >= 0 && at < static_cast<int>(g_out.size()) && g_out[at].defined() ? g_out[at].contiguous() : Tensor();
+        };
+        const Tensor g_sums = optional(sums_at), g_last = optional(last_at);
         std::vector<Tensor> grads;
         for (const Tensor& t : keep) grads.push_back(t.defined() ? Tensor::empty(t.shape(), t.dtype(), t.device()) : Tensor());
         dispatch_float(kOp, gy, [&](auto tag) {
@@ -99,7 +105,8 @@ Tensor selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A_log,
           bind_inputs(g, [&](int i) -> T* { return grads[i].defined() ? grads[i].data<T>() : nullptr; });
           if (gy.numel() > 0) {
             need(kOp, table<T>(kOp, gy).selective_scan_backward, gy)(
-                scan_args<T>(keep, segment), gy.data<T>(), nullptr, g_sums.defined() ? g_sums.data<T>() : nullptr, g);
+                scan_args<T>(keep, segment), gy.data<T>(), g_last.defined() ? g_last.data<T>() : nullptr,
+                g_sums.defined() ? g_sums.data<T>() : nullptr, g);
           } else {
             for (Tensor& t : grads)
               if (t.defined()) t.fill_(0.0);
@@ -107,7 +114,8 @@ Tensor selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A_log,
         });
         return grads;
       });
-  if (step_sums != nullptr) *step_sums = outputs[1];
+  if (step_sums != nullptr) *step_sums = outputs[sums_at];
+  if (h_last != nullptr) *h_last = outputs[last_at];
   return outputs[0];
 }
 

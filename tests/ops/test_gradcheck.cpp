@@ -184,7 +184,8 @@ std::vector<OpCase> cases() {
   add("decay_readout", "N = 19 (past a vector)", [] { gradcheck("decay_readout N19", [](const V& x) { return ops::decay_readout(x[0], x[1], x[2]); }, {input({2, 3}, 116), input({3, 19}, 117, false, 0.0, 0.3), input({2, 19}, 118)}); });
   // selective_scan: every input, h0 and the gate z included, on segments that do not divide
   // L, segments of one token, N = 1, a segment longer than L, and without the optional inputs;
-  // the step sums read beside y, and alone.
+  // the step sums read beside y, and alone; the states after each segment beside y (and
+  // with the step sums), and alone.
   enum class Sums { none, with_y, alone };
   struct Scan {
     std::int64_t batch, L, D, N, P;
@@ -192,14 +193,18 @@ std::vector<OpCase> cases() {
     const char* label;
     bool gated = false;  // the output gate z given
     Sums sums = Sums::none;
+    Sums last = Sums::none;  // h_last: none, beside y (and the step sums), alone
   };
-  for (const Scan s : {Scan{2, 7, 3, 2, 3, true, "L 7, P 3"}, Scan{1, 4, 2, 3, 1, true, "P = 1"},
+  for (const Scan& s : {Scan{2, 7, 3, 2, 3, true, "L 7, P 3"}, Scan{1, 4, 2, 3, 1, true, "P = 1"},
                        Scan{2, 5, 2, 1, 2, true, "N = 1"}, Scan{1, 3, 2, 2, 8, true, "P > L"},
                        Scan{1, 5, 3, 2, 2, false, "no Dskip, delta_bias, h0"},
                        Scan{2, 7, 3, 2, 3, true, "gated, L 7, P 3", true}, Scan{1, 4, 2, 3, 1, true, "gated, P = 1", true},
                        Scan{2, 7, 3, 2, 3, true, "step sums and y, L 7, P 3", false, Sums::with_y},
                        Scan{2, 5, 2, 2, 8, false, "step sums alone, P > L", false, Sums::alone},
-                       Scan{1, 4, 2, 3, 1, true, "step sums and y, gated, P = 1", true, Sums::with_y}}) {
+                       Scan{1, 4, 2, 3, 1, true, "step sums and y, gated, P = 1", true, Sums::with_y},
+                       Scan{2, 7, 3, 2, 3, true, "h_last and y, gated, L 7, P 3", true, Sums::none, Sums::with_y},
+                       Scan{1, 5, 2, 3, 2, true, "h_last, step sums and y, L 5, P 2", false, Sums::with_y, Sums::with_y},
+                       Scan{2, 5, 2, 2, 8, false, "h_last alone, P > L", false, Sums::none, Sums::alone}}) {
     add("selective_scan", s.label, [s] {
       const std::int64_t S = (s.L + s.P - 1) / s.P;
       std::vector<Tensor> in = {input({s.batch, s.L, s.D}, 100), input({s.batch, s.L, s.D}, 101),
@@ -214,14 +219,17 @@ std::vector<OpCase> cases() {
       gradcheck(std::string("selective_scan ") + s.label,
                 [s](const V& x) {
                   const bool o = x.size() > 5;
-                  Tensor sums;
+                  Tensor sums, last;
                   const Tensor y = ops::selective_scan(x[0], x[1], x[2], x[3], x[4], o ? x[5] : Tensor(),
                                                        o ? x[6] : Tensor(), o ? x[7] : Tensor(), s.P,
-                                                       x.size() > 8 ? x[8] : Tensor(), nullptr,
+                                                       x.size() > 8 ? x[8] : Tensor(), s.last == Sums::none ? nullptr : &last,
                                                        s.sums == Sums::none ? nullptr : &sums);
                   if (s.sums == Sums::alone) return sums;
-                  if (s.sums == Sums::none) return y;
-                  return ops::cat({ops::reshape(y, {-1}), ops::reshape(sums, {-1})}, 0);
+                  if (s.last == Sums::alone) return last;
+                  std::vector<Tensor> parts = {ops::reshape(y, {-1})};
+                  if (s.sums == Sums::with_y) parts.push_back(ops::reshape(sums, {-1}));
+                  if (s.last == Sums::with_y) parts.push_back(ops::reshape(last, {-1}));
+                  return parts.size() == 1 ? y : ops::cat(parts, 0);
                 },
                 in);
     });

@@ -1,6 +1,7 @@
 // selective_scan against the same recurrence built from primitive ops, token by token
 // (the plain sequential loop), in float64: values and gradients of every input, with and
-// without the step sums read beside y. And its argument errors.
+// without the step sums and the states after each segment read beside y. And its argument
+// errors.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -31,12 +32,13 @@ ScanInputs make_inputs(std::int64_t batch, std::int64_t L, std::int64_t D, std::
 }
 
 // The recurrence one token at a time, from primitives (autograd supplies the gradients):
-//   h (batch, D, N) restarts from h0[:, s] at every segment start s P.
-Tensor scan_from_primitives(const std::vector<Tensor>& x, std::int64_t P) {
+//   h (batch, D, N) restarts from h0[:, s] at every segment start s P. With `lasts`, also
+// the state after each segment's last token, (batch, segments, D, N).
+Tensor scan_from_primitives(const std::vector<Tensor>& x, std::int64_t P, Tensor* lasts = nullptr) {
   const std::int64_t L = x[0].size(1);
   const Tensor A = ops::neg(ops::exp(x[2]));                                            // (D, N)
   const Tensor dt = ops::softplus(ops::add(x[1], x[6]));                               // (batch, L, D)
-  std::vector<Tensor> ys;
+  std::vector<Tensor> ys, ends;
   Tensor h;
   for (std::int64_t t = 0; t < L; ++t) {
     if (t % P == 0) h = ops::squeeze(ops::narrow(x[7], 1, t / P, 1), 1);               // (batch, D, N)
@@ -47,7 +49,9 @@ Tensor scan_from_primitives(const std::vector<Tensor>& x, std::int64_t P) {
     h = ops::add(ops::mul(ops::exp(ops::mul(dt_t, A)), h), ops::mul(ops::mul(dt_t, u_t), B_t));
     const Tensor y_t = ops::add(ops::sum(ops::mul(C_t, h), {2}), ops::mul(ops::squeeze(u_t, 2), x[5]));  // (batch, D)
     ys.push_back(y_t);
+    if (t % P == P - 1 || t == L - 1) ends.push_back(h);
   }
+  if (lasts != nullptr) *lasts = ops::stack(ends, 1);
   const Tensor y = ops::stack(ys, 1);
   return x.size() > 8 ? ops::mul(y, ops::silu(x[8])) : y;  // Mamba's output gate
 }
@@ -63,27 +67,30 @@ Tensor step_sums_from_primitives(const std::vector<Tensor>& x, std::int64_t P) {
 
 // y and the gradient of sum(w y) with respect to every input (in the order of ScanInputs),
 // all in float64, computed in `dtype` by the op (fused) or by the primitives. With sums,
-// the loss adds sum(v S) of the step sums S, whose values come last.
+// the loss adds sum(v S) of the step sums S, whose values come next; with lasts, sum(q H)
+// of the states after each segment H, whose values come last.
 std::vector<std::vector<double>> values_and_gradients(const ScanInputs& in, DType dtype, bool fused,
-                                                      bool sums = false) {
+                                                      bool sums = false, bool lasts = false) {
   std::vector<Tensor> x;
   for (const Tensor& t : in.x) {
     Tensor c = t.detach().to(dtype);
     c.set_requires_grad(true);
     x.push_back(c);
   }
-  Tensor S;
+  Tensor S, H;
   const Tensor y = fused ? ops::selective_scan(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], in.P,
-                                               x.size() > 8 ? x[8] : Tensor(), nullptr, sums ? &S : nullptr)
-                         : scan_from_primitives(x, in.P);
+                                               x.size() > 8 ? x[8] : Tensor(), lasts ? &H : nullptr, sums ? &S : nullptr)
+                         : scan_from_primitives(x, in.P, lasts ? &H : nullptr);
   if (sums && !fused) S = step_sums_from_primitives(x, in.P);
   const Tensor w = Tensor::randn({in.batch, in.L, in.D}, 99, 0, 1, DType::F64).to(dtype);
   Tensor loss = ops::sum(ops::mul(y, w));
   if (sums) loss = ops::add(loss, ops::sum(ops::mul(S, Tensor::randn(S.shape(), 98, 0, 1, DType::F64).to(dtype))));
+  if (lasts) loss = ops::add(loss, ops::sum(ops::mul(H, Tensor::randn(H.shape(), 97, 0, 1, DType::F64).to(dtype))));
   loss.backward();
   std::vector<std::vector<double>> out = {y.detach().to(DType::F64).to_vector<double>()};
   for (const Tensor& t : x) out.push_back(t.grad().to(DType::F64).to_vector<double>());
   if (sums) out.push_back(S.detach().to(DType::F64).to_vector<double>());
+  if (lasts) out.push_back(H.detach().to(DType::F64).to_vector<double>());
   return out;
 }
 
@@ -95,18 +102,20 @@ TEST_CASE("selective_scan equals the recurrence built from primitive ops, values
   for (const ScanShape s : {ScanShape{2, 7, 3, 2, 3}, ScanShape{1, 5, 2, 1, 1}, ScanShape{2, 4, 1, 3, 6},
                             ScanShape{1, 9, 4, 5, 4}})
   for (const bool gated : {false, true})
-  for (const bool sums : {false, true}) {
+  for (const bool sums : {false, true})
+  for (const bool lasts : {false, true}) {
     CAPTURE(s.L);
     CAPTURE(s.P);
     CAPTURE(s.N);
     CAPTURE(gated);
     CAPTURE(sums);
+    CAPTURE(lasts);
     const ScanInputs in = make_inputs(s.batch, s.L, s.D, s.N, s.P, gated);
-    const auto fused = values_and_gradients(in, DType::F64, true, sums),
-               composed = values_and_gradients(in, DType::F64, false, sums);
+    const auto fused = values_and_gradients(in, DType::F64, true, sums, lasts),
+               composed = values_and_gradients(in, DType::F64, false, sums, lasts);
     REQUIRE(fused.size() == composed.size());
     for (std::size_t i = 0; i < fused.size(); ++i) {
-      CAPTURE(i);  // 0: y, then the gradients of u, delta, A_log, B, C, Dskip, delta_bias, h0, z; the step sums
+      CAPTURE(i);  // 0: y, then the gradients of u, delta, A_log, B, C, Dskip, delta_bias, h0, z; the step sums; the last states
       REQUIRE(fused[i].size() == composed[i].size());
       for (std::size_t j = 0; j < fused[i].size(); ++j)
         CHECK(fused[i][j] == doctest::Approx(composed[i][j]).epsilon(1e-10).scale(1.0));
@@ -126,8 +135,9 @@ TEST_CASE("selective_scan in float32 on the CPU table matches float64, values an
     CAPTURE(gated);
     CAPTURE(sums);
     const ScanInputs in = make_inputs(s.batch, s.L, s.D, s.N, s.P, gated);
-    const auto f32 = values_and_gradients(in, DType::F32, true, sums),
-               f64 = values_and_gradients(in, DType::F64, true, sums);
+    // With the step sums, the last states too (their gradient enters the backward).
+    const auto f32 = values_and_gradients(in, DType::F32, true, sums, sums),
+               f64 = values_and_gradients(in, DType::F64, true, sums, sums);
     for (std::size_t i = 0; i < f32.size(); ++i) {
       CAPTURE(i);
       double scale = 1e-3;
