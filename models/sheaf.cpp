@@ -29,6 +29,21 @@ Tensor gather_rows(const Tensor& x, std::int64_t width, const std::vector<std::i
   return ops::embedding(ops::reshape(x, {-1, width}), ids_on(rows, x.device()));
 }
 
+// x (B, L, ...) cut along L into pieces of P tokens, the last one shorter where P does not
+// divide L: views, whose gradients unbind's backward assembles into one tensor.
+std::vector<Tensor> token_pieces(const Tensor& x, std::int64_t P) {
+  const std::int64_t L = x.size(1), whole = L / P;
+  if (L <= P) return {x};
+  std::vector<Tensor> pieces;
+  if (whole > 0) {
+    Shape split = {x.size(0), whole, P};
+    for (int d = 2; d < x.dim(); ++d) split.push_back(x.size(d));
+    pieces = ops::unbind(ops::reshape(whole * P == L ? x : ops::narrow(x, 1, 0, whole * P), split), 1);
+  }
+  if (whole * P < L) pieces.push_back(ops::narrow(x, 1, whole * P, L - whole * P));
+  return pieces;
+}
+
 }  // namespace
 
 // ---- the mixer: local dynamics and gluing ---------------------------------------------
@@ -133,90 +148,85 @@ SheafMixer::Glued SheafMixer::glue(const std::vector<Tensor>& cover, const Tenso
   return g;
 }
 
+Tensor SheafMixer::start_state(const Tensor& section) const {
+  return ops::unsqueeze(ops::unsqueeze(state_x_.forward(section), 2) * ops::unsqueeze(state_b_.forward(section), 1), 1);
+}
+
+Tensor SheafMixer::output_at_end(const Tensor& last_state, const Tensor& C, const Tensor& u) const {
+  const std::int64_t B = u.size(0), n = u.size(1), E = inner_, N = state_;
+  const Tensor u_last = ops::reshape(ops::narrow(u, 1, n - 1, 1), {B, E});
+  const Tensor C_last = ops::reshape(ops::narrow(C, 1, n - 1, 1), {B, 1, N});
+  return ops::sum(ops::reshape(last_state, {B, E, N}) * C_last, {2}) + u_last * D_skip_;
+}
+
 Tensor SheafMixer::forward(const Tensor& h, GluingReport& report) const {
-  const std::int64_t B = h.size(0), L = h.size(1), E = inner_, N = state_, P = patch_, ds = section_;
+  const std::int64_t B = h.size(0), L = h.size(1), P = patch_;
   const std::int64_t patches = ceil_div(L, P);
   const Device device = h.device();
   const profile::Part part("selective scan");
 
   const ScanInputs in = scan_inputs(h, in_, dt_down_, dt_up_, b_proj_, c_proj_);
-  const Tensor &u = in.u, &z = in.z, &delta = in.delta, &Bm = in.B, &Cm = in.C;
+  const std::vector<Tensor> u = token_pieces(in.u, P), z = token_pieces(in.z, P), delta = token_pieces(in.delta, P),
+                            Bm = token_pieces(in.B, P), Cm = token_pieces(in.C, P);
 
-  // Φ from zero states, every patch at once: what each patch computes from its own tokens,
-  // and each patch's summed step sizes S_p = Σ_t dt_t (B, patches, E), which the scan forms
-  // as it goes (and takes the gradient of in its backward).
-  Tensor step_sums;
-  const Tensor y0 = ops::selective_scan(u, delta, A_log_, Bm, Cm, D_skip_, dt_bias_, Tensor(), P, Tensor(), nullptr,
-                                        &step_sums);
-
-  // By linearity, the state h0_p adds C_t · (Π exp(dt A)) h0_p to y_t. At the patch's last
-  // token the product is exp(A S_p):
-  //   y_last_p = y0_last_p + W_hx c_p ⊙ Σ_n C_last[n] exp(A S_p)[:, n] (W_hb c_p)[n].
-  std::optional<profile::Part> chain_part(std::in_place, "gluing chain");
-  const Tensor A = ops::neg(ops::exp(A_log_));                            // (E, N)
-  std::vector<std::int32_t> last_rows;
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t p = 0; p < patches; ++p)
-      last_rows.push_back(static_cast<std::int32_t>(b * L + std::min(L, (p + 1) * P) - 1));
-  const std::vector<Tensor> C_last = ops::unbind(ops::reshape(gather_rows(Cm, N, last_rows), {B, patches, N}), 1);
-  // How much of h0_p's state survives to the patch's last token is exp(A S_p): the chain
-  // reads it through ops::decay_readout, Σ_n exp(S_p A)[:, n] (C_last[n] (W_hb c_p)[n]),
-  // which forms the decays in registers and never stores the (B, E, N) tensor. The chain
-  // takes one patch's slice at a time; unbind's backward assembles their gradients once, so
-  // the chain's cost stays linear in the number of patches.
-  const std::vector<Tensor> patch_sums = ops::unbind(step_sums, 1);  // (B, E) each
-  const std::vector<Tensor> y0_last = ops::unbind(ops::reshape(gather_rows(y0, E, last_rows), {B, patches, E}), 1);
-
-  // G: the chain over patches. restricted[q][j] holds R(π_q, δ_j) s_q.
+  // Patch by patch, in order: the section c_p is glued from the summaries of the patches
+  // p - 2^j of its cover, all complete; the scan of the patch's tokens starts from the
+  // glued state h0_p = (W_hx c_p) ⊗ (W_hb c_p); and the patch's summary is read from its
+  // ungated output at its last token, y = C · h + D u, from the state the scan ends in.
+  // Each token is scanned once, and the chain never waits on a whole-sequence pass.
+  // restricted[q][j] holds R(π_q, δ_j) s_q.
   std::vector<std::vector<Tensor>> restricted(static_cast<std::size_t>(patches));
-  std::vector<Tensor> summaries(restricted.size()), sections, state_x, state_b, energies, normalised;
+  std::vector<Tensor> summaries(restricted.size()), sections, energies, normalised, ys;
   // In eval mode, a_pq is kept for the report, in D slots per patch (slot j: q = p - 2^j).
   const bool report_weights = !is_training();
   std::vector<Tensor> weight_rows;
   for (std::int64_t p = 0; p < patches; ++p) {
     const std::size_t pu = static_cast<std::size_t>(p);
-    std::vector<Tensor> cover;  // r_pq, (B, ds) each
-    for (std::int64_t j = 0; j < depth_; ++j) {
-      const std::int64_t q = p - (std::int64_t{1} << j);
-      if (q < 0) break;
-      cover.push_back(restricted[static_cast<std::size_t>(q)][static_cast<std::size_t>(j)]);
-    }
-    if (leaky_) {
-      // TEST ONLY: the patch's own summary (from its zero-state scan, so from every token of
-      // the patch, later ones included) joins its cover. The causality audit must fail.
-      cover.push_back(restrict_all(summarise(y0_last[pu]))[0]);
-    }
-    Tensor c;
-    const auto slots = static_cast<std::int64_t>(cover.size()) - (leaky_ ? 1 : 0);  // real cover members
-    if (cover.empty()) {
-      c = Tensor::zeros({B, ds}, h.dtype(), device);
-      if (report_weights) weight_rows.push_back(Tensor::zeros({B, depth_}, h.dtype(), device));
-    } else {
-      const Glued glued = glue(cover, p > 0 ? summaries[static_cast<std::size_t>(p - 1)] : cover.back());
-      c = glued.section;
-      energies.push_back(glued.energy);
-      normalised.push_back(glued.energy_normalised);
-      if (report_weights) {
-        Tensor w = ops::narrow(glued.weights.detach(), 1, 0, slots);
-        if (slots < depth_) w = ops::cat({w, Tensor::zeros({B, depth_ - slots}, h.dtype(), device)}, 1);
-        weight_rows.push_back(w);
+    Tensor c, h0;
+    {
+      const profile::Part chain("gluing chain");
+      std::vector<Tensor> cover;  // r_pq, (B, ds) each
+      for (std::int64_t j = 0; j < depth_; ++j) {
+        const std::int64_t q = p - (std::int64_t{1} << j);
+        if (q < 0) break;
+        cover.push_back(restricted[static_cast<std::size_t>(q)][static_cast<std::size_t>(j)]);
       }
+      if (leaky_) {
+        // TEST ONLY: the patch's own summary (from a zero-state scan of its tokens, so from
+        // every token of the patch, later ones included) joins its cover. The causality
+        // audit must fail.
+        Tensor zero_last;
+        ops::selective_scan(u[pu], delta[pu], A_log_, Bm[pu], Cm[pu], D_skip_, dt_bias_, Tensor(), P, Tensor(), &zero_last);
+        cover.push_back(restrict_all(summarise(output_at_end(zero_last, Cm[pu], u[pu])))[0]);
+      }
+      const auto slots = static_cast<std::int64_t>(cover.size()) - (leaky_ ? 1 : 0);  // real cover members
+      if (cover.empty()) {
+        c = Tensor::zeros({B, section_}, h.dtype(), device);
+        if (report_weights) weight_rows.push_back(Tensor::zeros({B, depth_}, h.dtype(), device));
+      } else {
+        const Glued glued = glue(cover, p > 0 ? summaries[pu - 1] : cover.back());
+        c = glued.section;
+        energies.push_back(glued.energy);
+        normalised.push_back(glued.energy_normalised);
+        if (report_weights) {
+          Tensor w = ops::narrow(glued.weights.detach(), 1, 0, slots);
+          if (slots < depth_) w = ops::cat({w, Tensor::zeros({B, depth_ - slots}, h.dtype(), device)}, 1);
+          weight_rows.push_back(w);
+        }
+      }
+      h0 = start_state(c);
     }
-    const Tensor hx = state_x_.forward(c), hb = state_b_.forward(c);  // (B, E), (B, N)
-    const Tensor y_last = y0_last[pu] + hx * ops::decay_readout(patch_sums[pu], A, C_last[pu] * hb);
-    const Tensor s = summarise(y_last);
-    summaries[pu] = s;
-    restricted[pu] = restrict_all(s);
+    // The output gate silu(z) is taken inside the scan (its ungated output is never written).
+    Tensor last;
+    ys.push_back(ops::selective_scan(u[pu], delta[pu], A_log_, Bm[pu], Cm[pu], D_skip_, dt_bias_, h0, P, z[pu], &last));
     sections.push_back(c);
-    state_x.push_back(hx);
-    state_b.push_back(hb);
+    if (p + 1 < patches) {  // the last patch's summary would glue nothing
+      const profile::Part chain("gluing chain");
+      summaries[pu] = summarise(output_at_end(last, Cm[pu], u[pu]));
+      restricted[pu] = restrict_all(summaries[pu]);
+    }
   }
-
-  // Φ again, now from the glued states h0_p = (W_hx c_p) ⊗ (W_hb c_p).
-  const Tensor h0 = ops::unsqueeze(ops::stack(state_x, 1), 3) * ops::unsqueeze(ops::stack(state_b, 1), 2);
-  chain_part.reset();
-  // The output gate silu(z) is taken inside the scan (its ungated output is never written).
-  const Tensor y = ops::selective_scan(u, delta, A_log_, Bm, Cm, D_skip_, dt_bias_, h0, P, z);
+  const Tensor y = ys.size() == 1 ? ys[0] : ops::cat(ys, 1);
 
   report.sections = ops::stack(sections, 1);
   if (report_weights) report.weights = ops::stack(weight_rows, 1);
@@ -238,7 +248,7 @@ Tensor SheafMixer::forward_stream(const Tensor& h, std::int64_t position, SheafL
   const ScanInputs in = scan_inputs(h, in_, dt_down_, dt_up_, b_proj_, c_proj_);  // of the new positions only
   std::vector<Tensor> ys;  // the gated scan output of each piece of the chunk, (B, length, E)
   // course 22 begin: the streaming step of SheafStateLM: glue a patch's section at its first token, continue the scan from the kept state, summarise the patch after its last (models/stream_walkthrough.md)
-  const std::int64_t B = h.size(0), n = h.size(1), E = inner_, N = state_, P = patch_;
+  const std::int64_t B = h.size(0), n = h.size(1), P = patch_;
   const std::size_t reach = std::size_t{1} << (depth_ - 1);  // the farthest cover distance
   for (std::int64_t a = 0; a < n;) {
     const std::int64_t t = position + a, offset = t % P, length = std::min(n - a, P - offset);
@@ -253,7 +263,7 @@ Tensor SheafMixer::forward_stream(const Tensor& h, std::int64_t position, SheafL
         cover.push_back(st.restricted[st.restricted.size() - back][static_cast<std::size_t>(j)]);
       }
       st.section = cover.empty() ? Tensor::zeros({B, section_}, h.dtype(), h.device()) : glue(cover, st.summary).section;
-      st.state = ops::unsqueeze(ops::unsqueeze(state_x_.forward(st.section), 2) * ops::unsqueeze(state_b_.forward(st.section), 1), 1);
+      st.state = start_state(st.section);
     }
     auto piece = [&](const Tensor& x) { return ops::narrow(x, 1, a, length); };
     Tensor last_state;
@@ -264,10 +274,7 @@ Tensor SheafMixer::forward_stream(const Tensor& h, std::int64_t position, SheafL
     if (offset + length == P) {
       // Patch p is complete: its summary from the ungated output at its last token,
       // y = C · h + D u, joins the cover of the patches after it.
-      const Tensor u_last = ops::reshape(ops::narrow(in.u, 1, a + length - 1, 1), {B, E});
-      const Tensor C_last = ops::reshape(ops::narrow(in.C, 1, a + length - 1, 1), {B, 1, N});
-      const Tensor y_last = ops::sum(ops::reshape(last_state, {B, E, N}) * C_last, {2}) + u_last * D_skip_;
-      st.summary = summarise(y_last);
+      st.summary = summarise(output_at_end(last_state, piece(in.C), piece(in.u)));
       st.restricted.push_back(restrict_all(st.summary));
       if (st.restricted.size() > reach) st.restricted.pop_front();
     }

@@ -89,6 +89,12 @@ class SheafMixer : public Module {
 
  private:
   Tensor summarise(const Tensor& y_last) const;  // s_p = LN(W_s y_{τ_p} + b_s)
+  // The state a patch's scan starts from, h0 = (W_hx c) ⊗ (W_hb c): section (B, d_s) ->
+  // (B, 1, E, N).
+  Tensor start_state(const Tensor& section) const;
+  // The ungated scan output at the last token of a piece of tokens, y = C · h + D u, from
+  // the state after it (B, 1, E, N) and the piece's C (B, n, N) and u (B, n, E): (B, E).
+  Tensor output_at_end(const Tensor& last_state, const Tensor& C, const Tensor& u) const;
   // s (B, d_s) -> D tensors (B, d_s): R(π, δ_j) s = Σ_k π_k R[j, k] s for each j < D.
   std::vector<Tensor> restrict_all(const Tensor& s) const;
   // The gluing of one patch over its cover r_pq (B, d_s each, at least one), with the
