@@ -51,8 +51,6 @@ std::string_view kind_of(KernelId id) {
     case KernelId::gate_mix_backward: return "gate mix";
     case KernelId::selective_scan_forward:
     case KernelId::selective_scan_backward: return "selective scan";
-    case KernelId::decay_readout_forward:
-    case KernelId::decay_readout_backward: return "decay readout";
     case KernelId::adam_update: return "AdamW update";
     case KernelId::strided_copy:
     case KernelId::cast: return "copies and casts";

@@ -151,15 +151,10 @@ Tensor plucker_mean(const Tensor& z, const std::vector<std::int32_t>& offsets, d
 // reads each patch's output at its last token from it.
 // With step_sums, also each segment's step sizes summed over its tokens, sum_t dt[b, t, d]
 // (batch, segments, D), differentiable: the decay exp(A sum dt) a state left at the
-// segment's start has at its end, which SheafStateLM's gluing chain reads.
+// segment's start has at its end.
 Tensor selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A_log, const Tensor& B, const Tensor& C,
                       const Tensor& Dskip, const Tensor& delta_bias, const Tensor& h0, std::int64_t segment,
                       const Tensor& z = Tensor(), Tensor* h_last = nullptr, Tensor* step_sums = nullptr);
-// What a state x ⊗ v left at a segment's start adds (per channel, before the factor x) to
-// the segment's last token when its step sizes sum to S: out[b, e] = sum_n exp(S[b, e]
-// A[e, n]) v[b, n]. S (batch, E), A (E, N), v (batch, N) -> (batch, E); the decays
-// exp(S A) are never stored. Differentiable in all three.
-Tensor decay_readout(const Tensor& S, const Tensor& A, const Tensor& v);
 
 // ---- the registry --------------------------------------------------------------------
 struct OpInfo {

@@ -119,40 +119,4 @@ Tensor selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A_log,
   return outputs[0];
 }
 
-Tensor decay_readout(const Tensor& S_in, const Tensor& A_in, const Tensor& v_in) {
-  constexpr const char* op = "decay_readout";
-  check_floating(op, S_in, "S");
-  check_same(op, {S_in, A_in, v_in});
-  if (S_in.dim() != 2 || A_in.dim() != 2 || v_in.dim() != 2 || A_in.size(0) != S_in.size(1) ||
-      v_in.size(0) != S_in.size(0) || v_in.size(1) != A_in.size(1))
-    fail(op, "S (batch, E), A (E, N) and v (batch, N) do not fit: got " + shape_str(S_in.shape()) + ", " +
-                 shape_str(A_in.shape()) + ", " + shape_str(v_in.shape()));
-  const Tensor S = S_in.contiguous(), A = A_in.contiguous(), v = v_in.contiguous();
-  const std::int64_t batch = S.size(0), E = S.size(1), N = A.size(1);
-  Tensor out = Tensor::empty({batch, E}, S.dtype(), S.device());
-  dispatch_float(op, S, [&](auto tag) {
-    using T = decltype(tag);
-    if (out.numel() > 0)
-      need(op, table<T>(op, S).decay_readout_forward, S)(S.data<T>(), A.data<T>(), v.data<T>(), batch, E, N,
-                                                        out.data<T>());
-  });
-  return record_op(out, op, {S_in, A_in, v_in},
-                   [sS = saved(S), sA = saved(A), sv = saved(v), batch, E, N](const Tensor& g_in) -> std::vector<Tensor> {
-                     const Tensor g = g_in.contiguous();
-                     std::vector<Tensor> grads;
-                     for (const Tensor* t : {&sS, &sA, &sv}) grads.push_back(Tensor::empty(t->shape(), t->dtype(), t->device()));
-                     if (batch * E * N == 0) {  // empty sums: the kernel has nothing to write
-                       for (Tensor& t : grads) t.fill_(0.0);
-                       return grads;
-                     }
-                     dispatch_float(op, g, [&](auto tag) {
-                       using T = decltype(tag);
-                       need(op, table<T>(op, g).decay_readout_backward, g)(sS.data<T>(), sA.data<T>(), sv.data<T>(),
-                                                                          g.data<T>(), batch, E, N, grads[0].data<T>(),
-                                                                          grads[1].data<T>(), grads[2].data<T>());
-                     });
-                     return grads;
-                   });
-}
-
 }  // namespace wedge::ops

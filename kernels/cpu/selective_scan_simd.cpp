@@ -26,17 +26,11 @@
 // count. Sums over channels within a pair (gB, gC) stay in that pair's thread: per lane,
 // then one horizontal sum of the kLanes lane sums, so gB and gC (and only they) depend on
 // the width.
-//
-// The decay readout (SheafStateLM's gluing chain) puts the lanes on the state index n:
-// each (b, e) is one row of N decays exp(S A), in registers, never stored. Its backward
-// sums gv over e per b and gA over b per e, each task owning its outputs and adding in
-// increasing order, so its bits do not depend on the thread count either.
 #include "kernels/cpu/simd.h"
 
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
-#include <vector>
 
 #include "engine/thread_pool.h"
 #include "kernels/cpu/isa.h"
@@ -327,73 +321,6 @@ void selective_scan_backward(const ScanArgs<float>& a, const float* gy, const fl
     const float* sums = totals + cb.count * N * kLanes;
     if (g.Dskip != nullptr) store_first(g.Dskip + d0, valid, load_aligned(sums + d0));
     if (g.delta_bias != nullptr) store_first(g.delta_bias + d0, valid, load_aligned(sums + cb.count * kLanes + d0));
-  }
-}
-
-namespace {
-
-// Rows of N per task: about 4,096 exponentials each.
-i64 readout_grain(i64 N) { return std::max<i64>(1, 4096 / std::max<i64>(N, 1)); }
-
-}  // namespace
-
-void decay_readout_forward(const float* S, const float* A, const float* v, i64 batch, i64 E, i64 N, float* out) {
-  parallel_for(0, batch * E, readout_grain(N), [&](i64 i0, i64 i1) {
-    for (i64 i = i0; i < i1; ++i) {
-      const float* Ae = A + (i % E) * N;
-      const float* vb = v + (i / E) * N;
-      const vf s = set1(S[i]);
-      vf sum = zero();
-      // Lanes past N read A = 0 and v = 0: exp(0) * 0 adds nothing.
-      for (i64 n = 0; n < N; n += kLanes) sum = fmadd(exp(mul(s, load_first(Ae + n, N - n))), load_first(vb + n, N - n), sum);
-      out[i] = hsum(sum);
-    }
-  });
-}
-
-void decay_readout_backward(const float* S, const float* A, const float* v, const float* gout, i64 batch, i64 E,
-                            i64 N, float* gS, float* gA, float* gv) {
-  const i64 grain = readout_grain(N);
-  // gS and gv, one batch row per task: gv[b] accumulates over e in order.
-  if (gS != nullptr || gv != nullptr) {
-    parallel_for(0, batch, std::max<i64>(1, grain / std::max<i64>(E, 1)), [&](i64 b0, i64 b1) {
-      std::vector<float> acc(static_cast<std::size_t>(N));
-      for (i64 b = b0; b < b1; ++b) {
-        const float* vb = v + b * N;
-        std::fill(acc.begin(), acc.end(), 0.0f);
-        for (i64 e = 0; e < E; ++e) {
-          const float* Ae = A + e * N;
-          const vf s = set1(S[b * E + e]), g = set1(gout[b * E + e]);
-          vf sum = zero();
-          for (i64 n = 0; n < N; n += kLanes) {
-            const vf a = load_first(Ae + n, N - n);
-            const vf w = exp(mul(s, a));
-            sum = fmadd(mul(a, w), load_first(vb + n, N - n), sum);
-            store_first(acc.data() + n, N - n, fmadd(g, w, load_first(acc.data() + n, N - n)));
-          }
-          if (gS != nullptr) gS[b * E + e] = gout[b * E + e] * hsum(sum);
-        }
-        if (gv != nullptr) std::copy(acc.begin(), acc.end(), gv + b * N);
-      }
-    });
-  }
-  // gA, one channel per task: the batch in order.
-  if (gA != nullptr) {
-    parallel_for(0, E, std::max<i64>(1, grain / std::max<i64>(batch, 1)), [&](i64 e0, i64 e1) {
-      for (i64 e = e0; e < e1; ++e) {
-        const float* Ae = A + e * N;
-        for (i64 n = 0; n < N; n += kLanes) {
-          const vf a = load_first(Ae + n, N - n);
-          vf sum = zero();
-          for (i64 b = 0; b < batch; ++b) {
-            const vf s = set1(S[b * E + e]);
-            const vf w = exp(mul(s, a));
-            sum = fmadd(mul(set1(gout[b * E + e] * S[b * E + e]), w), load_first(v + b * N + n, N - n), sum);
-          }
-          store_first(gA + e * N + n, N - n, sum);
-        }
-      }
-    });
   }
 }
 

@@ -27,7 +27,7 @@ using std::int32_t;
 //   plucker.cpp     plucker_*, plucker_mean_*        gate_mix.cpp     gate_mix_*
 //   adam.cpp        adam_update                      memory.cpp       strided_copy, cast (type-blind)
 //   tree_sum.cpp    tree_sum (adds in T: the order is the contract)
-//   selective_scan.cpp  selective_scan_*, decay_readout_*
+//   selective_scan.cpp  selective_scan_*
 #define WEDGE_KERNEL(name, cpu, params) \
   template <typename T>                 \
   void name params;

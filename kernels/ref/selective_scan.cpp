@@ -154,49 +154,10 @@ void selective_scan_backward(const ScanArgs<T>& a, const T* gy, const T* g_h_las
   store(g.delta_bias, gbias);
 }
 
-// The decay readout: w = exp(S[b, e] A[e, n]), out[b, e] = sum_n w v[b, n], and
-//   gS[b, e] = gout[b, e] sum_n A[e, n] w v[b, n]
-//   gA[e, n] = sum_b gout[b, e] S[b, e] w v[b, n]
-//   gv[b, n] = sum_e gout[b, e] w
-template <typename T>
-void decay_readout_forward(const T* S, const T* A, const T* v, i64 batch, i64 E, i64 N, T* out) {
-  for (i64 b = 0; b < batch; ++b)
-    for (i64 e = 0; e < E; ++e) {
-      acc_t sum = 0;
-      for (i64 n = 0; n < N; ++n) sum += std::exp(acc_t(S[b * E + e]) * acc_t(A[e * N + n])) * acc_t(v[b * N + n]);
-      out[b * E + e] = T(sum);
-    }
-}
-
-template <typename T>
-void decay_readout_backward(const T* S, const T* A, const T* v, const T* gout, i64 batch, i64 E, i64 N, T* gS,
-                            T* gA, T* gv) {
-  std::vector<acc_t> sum_A(static_cast<std::size_t>(E * N), 0.0), sum_v(static_cast<std::size_t>(batch * N), 0.0);
-  for (i64 b = 0; b < batch; ++b)
-    for (i64 e = 0; e < E; ++e) {
-      const acc_t s = S[b * E + e], g = gout[b * E + e];
-      acc_t sum_S = 0;
-      for (i64 n = 0; n < N; ++n) {
-        const acc_t w = std::exp(s * acc_t(A[e * N + n])), vn = v[b * N + n];
-        sum_S += acc_t(A[e * N + n]) * w * vn;
-        sum_A[e * N + n] += g * s * w * vn;
-        sum_v[b * N + n] += g * w;
-      }
-      if (gS != nullptr) gS[b * E + e] = T(g * sum_S);
-    }
-  if (gA != nullptr)
-    for (i64 i = 0; i < E * N; ++i) gA[i] = T(sum_A[i]);
-  if (gv != nullptr)
-    for (i64 i = 0; i < batch * N; ++i) gv[i] = T(sum_v[i]);
-}
-
-#define WEDGE_REF_INSTANTIATE(T)                                                                       \
-  template void selective_scan_forward<T>(const ScanArgs<T>&, T*, T*, T*);                             \
-  template void selective_scan_backward<T>(const ScanArgs<T>&, const T*, const T*, const T*,           \
-                                           const ScanGrads<T>&);                                       \
-  template void decay_readout_forward<T>(const T*, const T*, const T*, i64, i64, i64, T*);             \
-  template void decay_readout_backward<T>(const T*, const T*, const T*, const T*, i64, i64, i64, T*, T*, \
-                                          T*);
+#define WEDGE_REF_INSTANTIATE(T)                                                             \
+  template void selective_scan_forward<T>(const ScanArgs<T>&, T*, T*, T*);                   \
+  template void selective_scan_backward<T>(const ScanArgs<T>&, const T*, const T*, const T*, \
+                                           const ScanGrads<T>&);
 WEDGE_REF_INSTANTIATE(float)
 WEDGE_REF_INSTANTIATE(double)
 #undef WEDGE_REF_INSTANTIATE

@@ -142,7 +142,7 @@ struct Backend {
 // ---- the case list ---------------------------------------------------------------------------
 
 // The harness check that covers a kernel; a forward kernel and its backward share one.
-enum class Check { gemm, bias_act, fill_unary, binary, dropout, gate_mix, selective_scan, decay_readout, adam, reduce, softmax,
+enum class Check { gemm, bias_act, fill_unary, binary, dropout, gate_mix, selective_scan, adam, reduce, softmax,
                    cross_entropy, layer_norm, residual_layer_norm, embedding, attention, attention_decode, plucker, memory, tree_sum };
 
 // One kernel call with its operands in one backend's memory (freed with the Call).
@@ -549,28 +549,6 @@ inline void selective_scan_backward(Call& c) {
   g.h0 = c.out<float>(std::size_t(a.batch * a.segments() * kInner * kStates));
   c.run = [&c, a, gy, g] { c.k.selective_scan_backward(a, gy, nullptr, nullptr, g); };
 }
-// The gluing chain's readout for one patch of the model's batch: S (batch, E) step sums,
-// A (E, N) negative, v (batch, N).
-struct ReadoutOperands {
-  const float *S, *A, *v;
-};
-inline ReadoutOperands readout_operands(Call& c) {
-  return {c.in(values(32 * kInner, 59, 0.1f, 2.0f)), c.in(values(kInner * kStates, 60, -3.0f, -0.05f)),
-          c.in(values(32 * kStates, 61))};
-}
-inline void decay_readout_forward(Call& c) {
-  const ReadoutOperands o = readout_operands(c);
-  float* out = c.out<float>(std::size_t(32 * kInner));
-  c.run = [&c, o, out] { c.k.decay_readout_forward(o.S, o.A, o.v, 32, kInner, kStates, out); };
-}
-inline void decay_readout_backward(Call& c) {
-  const ReadoutOperands o = readout_operands(c);
-  const float* gout = c.in(values(32 * kInner, 62));
-  float* gS = c.out<float>(std::size_t(32 * kInner));
-  float* gA = c.out<float>(std::size_t(kInner * kStates));
-  float* gv = c.out<float>(std::size_t(32 * kStates));
-  c.run = [&c, o, gout, gS, gA, gv] { c.k.decay_readout_backward(o.S, o.A, o.v, gout, 32, kInner, kStates, gS, gA, gv); };
-}
 // One step over the parameters of a transformer block: its weights and biases.
 inline void adam_update(Call& c) {
   const i64 sizes[] = {kModel * kHidden, kHidden, kHidden * kModel, kModel, kModel, kModel,
@@ -655,8 +633,6 @@ inline const KernelCase kernel_cases[] = {
      prepare::selective_scan_forward},
     {KernelId::selective_scan_backward, Check::selective_scan, "8x128, E 512, N 16, P 16",
      prepare::selective_scan_backward},
-    {KernelId::decay_readout_forward, Check::decay_readout, "32, E 512, N 16", prepare::decay_readout_forward},
-    {KernelId::decay_readout_backward, Check::decay_readout, "32, E 512, N 16", prepare::decay_readout_backward},
     {KernelId::adam_update, Check::adam, "one transformer block, 10 tensors", prepare::adam_update},
     {KernelId::tree_sum, Check::tree_sum, "4 slices of 2^20", prepare::tree_sum},
     {KernelId::strided_copy, Check::memory, "8x128x4x64 heads split", prepare::strided_copy},

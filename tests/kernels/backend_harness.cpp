@@ -155,10 +155,6 @@ const Tolerance kTolerances[] = {
      "gu, gdelta, gh0: the recomputed states and the reverse walk in float"},
     {KernelId::selective_scan_backward, "sums", {0, 1e-5, 2e-6},
      "gB, gC over D channels; gA_log, gDskip, gdelta_bias over batch x L tokens, in another fixed order"},
-    {KernelId::decay_readout_forward, nullptr, {0, 1e-5, 1e-6},
-     "N products of expf (2 ulp) and v, summed in float; terms: sum_n |v| (exp(S A) <= 1 where S A <= 0)"},
-    {KernelId::decay_readout_backward, nullptr, {0, 1e-5, 1e-6},
-     "as the forward, with one more factor; gA sums over the batch and gv over E: terms the sum of |term|"},
     {KernelId::adam_update, "param", {1e-7, 1e-6}, "only sqrt and division may differ between the arithmetics"},
     {KernelId::adam_update, "m", {1e-8, 1e-6},
      "two steps: the second reads the moment the first stored in float (~1e-9 for |m| < 0.1); the CPU updates in "
@@ -1299,54 +1295,6 @@ void check_layer_norm(Suite<T>& s) {
   }
 }
 
-// ---- decay readout ------------------------------------------------------------------------------
-
-// Shapes with N past a vector and under one, a single channel or batch row; S >= 0 and A < 0
-// as the model's step sums and -exp(A_log), plus one case of any signs (decays above 1).
-template <typename T>
-void check_decay_readout(Suite<T>& s) {
-  struct Shape { i64 batch, E, N; bool any_signs; };
-  std::vector<Shape> shapes = {{1, 1, 1, false}, {3, 7, 16, false}, {5, 33, 19, false}, {2, 5, 3, true},
-                               {32, 512, 16, false}, {7, 1, 40, false}, {1, 65, 8, false}};
-  if (s.large()) shapes.push_back({32, 1024, 16, false});
-  std::uint64_t seed = 980;
-  for (const Shape& sh : shapes) {
-    const std::size_t nS = std::size_t(sh.batch * sh.E), nA = std::size_t(sh.E * sh.N), nv = std::size_t(sh.batch * sh.N);
-    auto S = sh.any_signs ? random_floats(nS, seed++, -1.0f, 1.0f) : random_floats(nS, seed++, 0.0f, 3.0f);
-    auto A = sh.any_signs ? random_floats(nA, seed++, -1.0f, 1.0f) : random_floats(nA, seed++, -4.0f, -0.01f);
-    auto v = random_floats(nv, seed++), gout = random_floats(nS, seed++);
-    std::vector<float> out_ref(nS), gS_ref(nS), gA_ref(nA), gv_ref(nv);
-    s.ref.decay_readout_forward(S.data(), A.data(), v.data(), sh.batch, sh.E, sh.N, out_ref.data());
-    s.ref.decay_readout_backward(S.data(), A.data(), v.data(), gout.data(), sh.batch, sh.E, sh.N, gS_ref.data(),
-                                 gA_ref.data(), gv_ref.data());
-    const std::string what = "decay_readout " + shape_str({sh.batch, sh.E, sh.N});
-    auto got = run_twice(
-        [&] {
-          auto dS = s.put(S), dA = s.put(A), dv = s.put(v), dg = s.put(gout);
-          auto dout = s.put(nans(nS)), dgS = s.put(nans(nS)), dgA = s.put(nans(nA)), dgv = s.put(nans(nv));
-          s.dev.decay_readout_forward(dS.get(), dA.get(), dv.get(), sh.batch, sh.E, sh.N, dout.get());
-          s.dev.decay_readout_backward(dS.get(), dA.get(), dv.get(), dg.get(), sh.batch, sh.E, sh.N, dgS.get(),
-                                       dgA.get(), dgv.get());
-          return std::vector<std::vector<float>>{dout.download(), dgS.download(), dgA.download(), dgv.download()};
-        },
-        what);
-    // Each output is a sum of terms no larger than max |v| (times max |S A| e^|S A| for gS and
-    // gA, and |gout|, |S| for the gradients): `terms` bounds their total.
-    double max_v = 0, max_S = 0, max_A = 0, max_g = 0;
-    for (float x : v) max_v = std::max(max_v, double(std::fabs(x)));
-    for (float x : S) max_S = std::max(max_S, double(std::fabs(x)));
-    for (float x : A) max_A = std::max(max_A, double(std::fabs(x)));
-    for (float x : gout) max_g = std::max(max_g, double(std::fabs(x)));
-    const double decay = sh.any_signs ? std::exp(max_S * max_A) : 1.0;
-    s.expect(KernelId::decay_readout_forward, "out", got[0], out_ref, what + " out", double(sh.N) * max_v * decay);
-    s.expect(KernelId::decay_readout_backward, "gS", got[1], gS_ref, what + " gS",
-             double(sh.N) * max_g * max_A * max_v * decay);
-    s.expect(KernelId::decay_readout_backward, "gA", got[2], gA_ref, what + " gA",
-             double(sh.batch) * max_g * max_S * max_v * decay);
-    s.expect(KernelId::decay_readout_backward, "gv", got[3], gv_ref, what + " gv", double(sh.E) * max_g * decay);
-  }
-}
-
 // ---- residual + dropout + layer norm ----------------------------------------------------------------
 
 // Offsets of every residue mod 4 (dropout's Philox blocks start part-way through a row);
@@ -1837,7 +1785,6 @@ void run_check(Check check, Suite<T>& s) {
     case Check::dropout: return check_dropout(s);
     case Check::gate_mix: return check_gate_mix(s);
     case Check::selective_scan: return check_selective_scan(s);
-    case Check::decay_readout: return check_decay_readout(s);
     case Check::adam: return check_adam(s);
     case Check::reduce: return check_reduce(s);
     case Check::softmax: return check_softmax(s);

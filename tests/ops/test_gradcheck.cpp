@@ -178,10 +178,6 @@ std::vector<OpCase> cases() {
   add("plucker_mean", "r=3, L=1", [] {
     gradcheck("plucker_mean L1", [](const V& x) { return ops::plucker_mean(x[0], {1}); }, {input({2, 1, 3}, 93)});
   });
-  // decay_readout: S > 0 and A < 0 as in the model (step sums, A = -exp(A_log)), and any signs.
-  add("decay_readout", "model's signs", [] { gradcheck("decay_readout", [](const V& x) { return ops::decay_readout(ops::exp(x[0]), ops::neg(ops::exp(x[1])), x[2]); }, {input({3, 5}, 110), input({5, 4}, 111), input({3, 4}, 112)}); });
-  add("decay_readout", "N = 1, strided, any signs", [] { gradcheck("decay_readout N1", [](const V& x) { return ops::decay_readout(x[0], x[1], x[2]); }, {input({2, 3}, 113, true), input({3, 1}, 114), input({2, 1}, 115)}); });
-  add("decay_readout", "N = 19 (past a vector)", [] { gradcheck("decay_readout N19", [](const V& x) { return ops::decay_readout(x[0], x[1], x[2]); }, {input({2, 3}, 116), input({3, 19}, 117, false, 0.0, 0.3), input({2, 19}, 118)}); });
   // selective_scan: every input, h0 and the gate z included, on segments that do not divide
   // L, segments of one token, N = 1, a segment longer than L, and without the optional inputs;
   // the step sums read beside y, and alone; the states after each segment beside y (and

@@ -180,20 +180,5 @@ TEST_CASE("selective_scan names the op and the shapes in its errors") {
                        doctest::Contains("selective_scan: the gate z must be (2, 5, 3), got (2, 5, 2)"), std::invalid_argument);
 }
 
-TEST_CASE("decay_readout by hand, and its shape errors") {
-  // exp(1 * -ln 2) * 3 + exp(1 * 0) * 5 = 6.5; a second row with S = 2: 0.25 * 3 + 5.
-  const Tensor S = Tensor::from_vector(std::vector<double>{1.0, 2.0}, {2, 1});
-  const Tensor A = Tensor::from_vector(std::vector<double>{-std::log(2.0), 0.0}, {1, 2});
-  const Tensor v = Tensor::from_vector(std::vector<double>{3.0, 5.0, 3.0, 5.0}, {2, 2});
-  const auto out = ops::decay_readout(S, A, v).to_vector<double>();
-  CHECK(out[0] == doctest::Approx(6.5));
-  CHECK(out[1] == doctest::Approx(5.75));
-  CHECK_THROWS_WITH_AS(ops::decay_readout(S, ops::transpose(A, 0, 1), v),
-                       doctest::Contains("decay_readout: S (batch, E), A (E, N) and v (batch, N) do not fit: got (2, 1), (2, 1), (2, 2)"),
-                       std::invalid_argument);
-  CHECK_THROWS_WITH_AS(ops::decay_readout(S, A, ops::narrow(v, 0, 0, 1)), doctest::Contains("do not fit"),
-                       std::invalid_argument);
-}
-
 }  // namespace
 }  // namespace wedge
