@@ -4,7 +4,8 @@
 A benchmark only: the engine never uses Python. It builds the same models as wedge
 (TransformerLM and GrassmannLM, same sizes, tied head, post-LN, exact GELU; GrassmannLM
 with the same exact shortcuts wedge takes: offsets averaged before one projection, W_o
-folded into W_plü; SheafStateLM with the same chain over patches on a zero-state scan) in PyTorch, times forward + cross-entropy + backward + AdamW on random tokens, runs
+folded into W_plü; SheafStateLM scanning each patch once, from the state glued for it, as
+wedge does) in PyTorch, times forward + cross-entropy + backward + AdamW on random tokens, runs
 `wedge bench-step` with the same configuration right before, and prints both figures
 and the ratio.
 
@@ -94,7 +95,8 @@ def patch_scan(torch, u, dt, A, B, C, D, h0, P, final=False):
     batch, patches, channels and states) — 2 ops a position where writing the recurrence
     out takes 8, in time and in backward. In fp32 under autocast too, as wedge's scan.
     final: also every patch's state after its last token, (batch, patches, E, N) (the pad
-    of a partial last patch has dt = 0, so it leaves the state as its last real token did)."""
+    of a partial last patch has dt = 0, so it leaves the state as its last real token did).
+    A sequence of whole patches is not padded (F.pad with nothing to add still copies)."""
     F = torch.nn.functional
     with torch.autocast(u.device.type, enabled=False):
         u, B, C = u.to(A.dtype), B.to(A.dtype), C.to(A.dtype)
@@ -102,8 +104,8 @@ def patch_scan(torch, u, dt, A, B, C, D, h0, P, final=False):
         nP = -(-L // P)
         pad = nP * P - L
 
-        def patches(x):  # (Bt, L, ...) -> (Bt, nP, P, ...)
-            return F.pad(x, (0, 0, 0, pad)).view(Bt, nP, P, x.shape[-1])
+        def patches(x):  # (Bt, L, ...) -> (Bt, nP, P, ...); a view where nothing is padded
+            return (F.pad(x, (0, 0, 0, pad)) if pad else x).reshape(Bt, nP, P, x.shape[-1])
         u4, dt4, B4, C4 = patches(u), patches(dt), patches(B), patches(C)
         decay = torch.exp(dt4[..., None] * A)                        # (Bt, nP, P, E, N)
         inject = (dt4 * u4)[..., None] * B4[:, :, :, None, :]
@@ -370,17 +372,25 @@ def torch_models(torch):
             return gate_mix(torch, self.gate, h, drop(g))
 
     class Sheaf(nn.Module):
-        """SheafStateLM's block as wedge computes it (models/sheaf.h), pre-LN: the scan runs
-        over all patches at once (a loop over the P positions of a patch, vectorised over
-        batch, patches, channels and states), from zero states; the chain over patches adds
-        each patch's h0 term at its last token by linearity; a second scan starts every
-        patch from its glued state; top-1 patch-type experts routed by the section."""
+        """SheafStateLM's block as wedge computes it (models/sheaf.cpp), pre-LN: the patches in
+        order, each scanned once (patch_scan on that patch's tokens: a loop over its positions,
+        vectorised over batch, channels and states) from its glued state h0_p = (W_hx c_p) ⊗
+        (W_hb c_p), c_p glued from the restricted summaries of its cover; the patch's summary
+        from its ungated output at its last token, C · h + D u, from the state its scan ends
+        in; top-1 patch-type experts routed by the section.
 
-        def __init__(self, d, patch=16, depth=4, types=4, states=16, ds=64, dff=160):
+        two_scans=True is the form wedge had before, kept for --check-formulations: one
+        zero-state scan of every patch at once, the chain over patches adding each glued
+        state's term at the patch's last token by linearity (exp(A Σ dt) h0_p), then a second
+        scan of every patch from its glued state. Its scan ops each cover every patch (8 at
+        128 tokens: 1/8 as many ops), but it scans every token twice; --check-formulations
+        times both, and the per-patch form, the default, is the faster in PyTorch as well."""
+
+        def __init__(self, d, patch=16, depth=4, types=4, states=16, ds=64, dff=160, two_scans=False):
             super().__init__()
             add_scan_parameters(torch, self, d, states)
             E = self.E
-            self.P, self.depth, self.K, self.ds = patch, depth, types, ds
+            self.P, self.depth, self.K, self.ds, self.two_scans = patch, depth, types, ds, two_scans
             self.summary, self.patch_type = nn.Linear(E, ds), nn.Linear(ds, types)
             self.R = nn.Parameter(torch.eye(ds).repeat(depth, types, 1, 1) + 0.02 * torch.randn(depth, types, ds, ds))
             self.query = nn.Linear(ds, ds, bias=False)
@@ -398,12 +408,73 @@ def torch_models(torch):
             bank = self.R.reshape(self.depth * self.K * self.ds, self.ds)
             return (F.linear(s, bank).view(s.shape[0], self.depth, self.K, self.ds) * pi[:, None, :, None]).sum(2)
 
+        def summarise(self, y_last):
+            """s_p = LayerNorm(W_s y_last + b_s), no affine."""
+            return F.layer_norm(self.summary(y_last), (self.ds,))
+
         def glue(self, cover, anchor):
             """The cover's restricted summaries r (Bt, m, ds), their weights a (Bt, m) and the
             section c = Σ a r, a = softmax(r . W_query anchor / sqrt(ds))."""
             r = torch.stack(cover, 1)
             a = torch.softmax((r * self.query(anchor)[:, None]).sum(-1) / self.ds ** 0.5, 1)
             return r, a, (r * a[..., None]).sum(1)
+
+        def section(self, p, restricted, summaries, energies, zeros):
+            """Patch p's section c_p, glued from the patches p - 2^j of its cover (zeros where
+            it has none); appends its normalised gluing energy to energies."""
+            cover = [restricted[p - (1 << j)][:, j] for j in range(self.depth) if p - (1 << j) >= 0]
+            if not cover:
+                return zeros
+            r, a, c = self.glue(cover, summaries[p - 1])
+            spread = (a * ((r - c[:, None]) ** 2).sum(-1)).sum(1)
+            energies.append(spread / ((a * (r * r).sum(-1)).sum(1) + 1e-6))
+            return c
+
+        def chain_per_patch(self, u, dt, A, B, C, summarise_all):
+            """wedge's form: patch by patch, glue c_p, scan the patch's tokens once from h0_p,
+            summarise it from the state its scan ends in. The per-token tensors are cut into
+            patches once (split: its backward joins the pieces' gradients in one cat).
+            summarise_all: also the last patch's summary, if it is complete (a decoder's)."""
+            Bt, L, E = u.shape
+            P, nP = self.P, -(-L // self.P)
+            zeros = A.new_zeros(Bt, self.ds)  # the parameters' dtype: fp32 under autocast, as glued sections
+            restricted, summaries, sections, energies, ys = [], [], [], [], []
+            for p, (u_p, dt_p, B_p, C_p) in enumerate(zip(*(x.split(P, 1) for x in (u, dt, B, C)))):
+                c = self.section(p, restricted, summaries, energies, zeros)
+                h0 = (self.sx(c)[:, :, None] * self.sb(c)[:, None, :])[:, None]             # (Bt, 1, E, N)
+                y_p, state = patch_scan(torch, u_p, dt_p, A, B_p, C_p, self.D, h0, u_p.shape[1], final=True)
+                state = state[:, 0]                                                         # (Bt, E, N)
+                ys.append(y_p)
+                sections.append(c)
+                if p + 1 < nP or (summarise_all and u_p.shape[1] == P):
+                    y_last = (state @ C_p[:, -1, :, None])[..., 0] + self.D * u_p[:, -1]   # ungated, (Bt, E)
+                    summaries.append(self.summarise(y_last))
+                    restricted.append(self.restrict(summaries[-1]))
+            return torch.cat(ys, 1) if nP > 1 else ys[0], state, sections, summaries, restricted, energies
+
+        def chain_two_scans(self, u, dt, A, B, C):
+            """The two-scan form: a zero-state scan of every patch at once, the chain adding
+            each h0_p's term at the patch's last token by linearity (C there folded into the
+            chain's (Bt, N) factor, as wedge did), a second scan from the glued states."""
+            Bt, L, E = u.shape
+            P, nP = self.P, -(-L // self.P)
+            y0 = self.scan(u, dt, A, B, C, None)
+            last = torch.clamp(torch.arange(1, nP + 1, device=u.device) * P, max=L) - 1
+            S = F.pad(dt, (0, 0, 0, nP * P - L)).view(Bt, nP, P, E).sum(2)
+            reach, C_last = torch.exp(S[..., None] * A), C[:, last]  # (Bt, nP, E, N), (Bt, nP, N)
+            zeros = A.new_zeros(Bt, self.ds)  # the parameters' dtype: fp32 under autocast, as glued sections
+            restricted, summaries, hx, hb, sections, energies = [], [], [], [], [], []
+            for p in range(nP):
+                c = self.section(p, restricted, summaries, energies, zeros)
+                hx.append(self.sx(c))
+                hb.append(self.sb(c))
+                y_last = y0[:, last[p]] + hx[-1] * (reach[:, p] * (C_last[:, p] * hb[-1])[:, None]).sum(-1)
+                summaries.append(self.summarise(y_last))
+                restricted.append(self.restrict(summaries[-1]))
+                sections.append(c)
+            h0 = torch.stack(hx, 1)[..., None] * torch.stack(hb, 1)[:, :, None, :]
+            y, states = self.scan(u, dt, A, B, C, h0, final=True)
+            return y, states[:, -1], sections, summaries, restricted, energies
 
         def run_experts(self, xn, groups, run=lambda expert, x: expert(x)):
             """Expert k on rows `rows` of xn (rows None: all of them) for each (k, rows) of groups."""
@@ -416,45 +487,26 @@ def torch_models(torch):
 
         def forward(self, h_in, drop, keep=None):
             Bt, L, d = h_in.shape
-            E, P, ds, K = self.E, self.P, self.ds, self.K
-            nP = -(-L // P)
+            E, P, K = self.E, self.P, self.K
             x, z = self.inp(self.n1(h_in)).split(E, -1)
             u = F.silu(x)
             dt = F.softplus(self.dt_up(self.dt_down(u)) + self.dt_bias)
             A = -torch.exp(self.A_log)
             B, C = self.Bp(u), self.Cp(u)
-            y0 = self.scan(u, dt, A, B, C, None)
-            last = torch.clamp(torch.arange(1, nP + 1) * P, max=L) - 1
-            S = F.pad(dt, (0, 0, 0, nP * P - L)).view(Bt, nP, P, E).sum(2)
-            # C at the patch's last token is folded into the chain's (Bt, N) factor, as wedge does.
-            reach, C_last = torch.exp(S[..., None] * A), C[:, last]  # (Bt, nP, E, N), (Bt, nP, N)
-            restricted, summaries, hx, hb, sections, energies = [], [], [], [], [], []
-            for p in range(nP):
-                cover = [restricted[p - (1 << j)][:, j] for j in range(self.depth) if p - (1 << j) >= 0]
-                if cover:
-                    r, a, c = self.glue(cover, summaries[p - 1])
-                    spread = (a * ((r - c[:, None]) ** 2).sum(-1)).sum(1)
-                    energies.append(spread / ((a * (r * r).sum(-1)).sum(1) + 1e-6))
-                else:
-                    c = torch.zeros(Bt, ds)
-                hx.append(self.sx(c))
-                hb.append(self.sb(c))
-                y_last = y0[:, last[p]] + hx[-1] * (reach[:, p] * (C_last[:, p] * hb[-1])[:, None]).sum(-1)
-                s = F.layer_norm(self.summary(y_last), (ds,))
-                restricted.append(self.restrict(s))
-                summaries.append(s)
-                sections.append(c)
-            h0 = torch.stack(hx, 1)[..., None] * torch.stack(hb, 1)[:, :, None, :]
-            y, states = self.scan(u, dt, A, B, C, h0, final=True)
+            if self.two_scans:
+                y, state, sections, summaries, restricted, energies = self.chain_two_scans(u, dt, A, B, C)
+            else:
+                y, state, sections, summaries, restricted, energies = self.chain_per_patch(
+                    u, dt, A, B, C, keep is not None)
             if keep is not None:  # a decoder's stream: what models/sheaf.cpp's forward_stream keeps
                 done = L // P     # completed patches; a partial last one's summary is not one yet
-                keep.append({"state": states[:, -1], "section": sections[-1],
+                keep.append({"state": state, "section": sections[-1],
                              "summary": summaries[done - 1] if done else None,
                              "restricted": restricted[:done][-(1 << (self.depth - 1)):]})
             h = h_in + drop(self.out(y * F.silu(z)))
             probs = torch.softmax(self.router(torch.stack(sections, 1)), -1)  # (Bt, nP, K)
             gate, expert = probs.max(-1)
-            token_patch = torch.arange(L) // P
+            token_patch = torch.arange(L, device=h_in.device) // P
             tok_expert = expert[:, token_patch].reshape(-1)
             tok_gate = gate[:, token_patch].reshape(-1, 1)
             xn = self.n2(h).reshape(-1, d)
@@ -516,6 +568,7 @@ def torch_models(torch):
             h, aux = self.hidden(x)
             return (self.head(h), aux) if self.kind == "sheaf" else self.head(h)
 
+    LM.Sheaf = Sheaf  # the block alone, at other sizes, for --check-formulations
     return LM
 
 
@@ -1259,6 +1312,59 @@ def nli_window_mix_reference(torch, blk, h):
     return blk.n1(a * h + (1 - a) * g)
 
 
+def sheaf_block_reference(torch, blk, h_in, drop):
+    """SheafStateLM's block (models/sheaf.h) written out: patch by patch, the cover's
+    restricted summaries r_q = Σ_k π_k(s_q) R[j, k] s_q (q = p - 2^j), their weights
+    a = softmax(r_q . W_query s_{p-1} / sqrt(ds)), the section c_p = Σ a r_q and its gluing
+    energy Σ a |r_q - c_p|^2 / (Σ a |r_q|^2 + 1e-6); h0_p = (W_hx c_p)(W_hb c_p)^T; the scan
+    of the patch one token at a time from h0_p; s_p = LayerNorm(W_s y + b_s) of its ungated
+    output at its last token; then every token through its patch's top-1 expert, one token at
+    a time. Returns the block's output, the balance loss and the mean gluing energy."""
+    F = torch.nn.functional
+    Bt, L, d = h_in.shape
+    P, ds, K = blk.P, blk.ds, blk.K
+    x, z = blk.inp(blk.n1(h_in)).split(blk.E, -1)
+    u = F.silu(x)
+    dt = F.softplus(blk.dt_up(blk.dt_down(u)) + blk.dt_bias)
+    A = -torch.exp(blk.A_log)
+    Bm, Cm = blk.Bp(u), blk.Cp(u)
+    restricted, summaries, sections, energies, ys = [], [], [], [], []
+    for p in range(-(-L // P)):
+        a0, a1 = p * P, min(L, (p + 1) * P)
+        cover = [restricted[p - (1 << j)][j] for j in range(blk.depth) if p - (1 << j) >= 0]
+        if cover:
+            q = blk.query(summaries[p - 1])
+            a = torch.softmax(torch.stack([(r * q).sum(-1) for r in cover], 1) / ds ** 0.5, 1)
+            c = sum(a[:, i, None] * r for i, r in enumerate(cover))
+            spread = sum(a[:, i] * ((r - c) ** 2).sum(-1) for i, r in enumerate(cover))
+            energies.append(spread / (sum(a[:, i] * (r * r).sum(-1) for i, r in enumerate(cover)) + 1e-6))
+        else:
+            c = h_in.new_zeros(Bt, ds)
+        h0 = blk.sx(c)[:, :, None] * blk.sb(c)[:, None, :]
+        y = patch_scan_reference(torch, u[:, a0:a1], dt[:, a0:a1], A, Bm[:, a0:a1], Cm[:, a0:a1], blk.D, h0[:, None],
+                                 a1 - a0)
+        s = F.layer_norm(blk.summary(y[:, -1]), (ds,))
+        pi = torch.softmax(blk.patch_type(s), -1)
+        restricted.append([sum(pi[:, k, None] * (s @ blk.R[j, k].t()) for k in range(K)) for j in range(blk.depth)])
+        summaries.append(s)
+        sections.append(c)
+        ys.append(y)
+    h = h_in + drop(blk.out(torch.cat(ys, 1) * F.silu(z)))
+    xn = blk.n2(h)
+    probs = [torch.softmax(blk.router(c), -1) for c in sections]  # (Bt, K) per patch
+    chosen = [pr.argmax(-1) for pr in probs]
+    rows = []
+    for b in range(Bt):
+        for t in range(L):
+            k = chosen[t // P][b].item()
+            rows.append(probs[t // P][b, k] * blk.experts[k](xn[b, t]))
+    counts = [sum((e == k).sum() for e in chosen).double() for k in range(K)]
+    n = Bt * len(sections)
+    balance = K * sum(sum(pr[:, k].sum() for pr in probs) / n * counts[k] / n for k in range(K))
+    energy = torch.stack(energies).mean() if energies else h.new_zeros(())
+    return h + drop(torch.stack(rows).view(Bt, L, d)), balance, energy
+
+
 def check_formulations():
     """Asserts (float64, small random inputs) that every fast form equals its literal
     reference, values and gradients to 1e-10; then times the script's blocks beside the
@@ -1326,6 +1432,27 @@ def check_formulations():
         compare(f"patch_scan ({'from h0' if start is not None else 'from zero states'})",
                 lambda: patch_scan(torch, u, dt.abs(), A, Bm, Cm, D, start, P),
                 lambda: patch_scan_reference(torch, u, dt.abs(), A, Bm, Cm, D, start, P), [u, dt, Bm, Cm, h0])
+    # SheafStateLM's block: 37 tokens in patches of 8 (the last partial), a cover of depth 3
+    # that reaches back 4 patches, 2 types; both forms against the written-out block.
+    Bt, L, d = 2, 37, 8
+    sheaf = LM.Sheaf(d, patch=8, depth=3, types=2, states=4, ds=8, dff=16).double()
+    for prm in sheaf.parameters():
+        prm.data.normal_(0, 0.5)
+    sheaf_keep = (torch.rand(Bt, L, d, dtype=torch.float64) > 0.1).double() / 0.9
+    sheaf_drop = lambda x: x * sheaf_keep
+    h = torch.randn(Bt, L, d, dtype=torch.float64, requires_grad=True)
+    flat = lambda outs: torch.cat([o.reshape(-1) for o in outs])  # the output, the balance loss, the energy
+
+    def sheaf_form(two_scans):
+        def run():
+            sheaf.two_scans = two_scans
+            return flat(sheaf(h, sheaf_drop))
+        return run
+    inputs = [h] + list(sheaf.parameters())
+    reference = lambda: flat(sheaf_block_reference(torch, sheaf, h, sheaf_drop))
+    compare("SheafStateLM block (each patch scanned once)", sheaf_form(False), reference, inputs)
+    compare("SheafStateLM block (two scans, chain by linearity)", sheaf_form(True), reference, inputs)
+    compare("SheafStateLM block, one form against the other", sheaf_form(False), sheaf_form(True), inputs)
     x = torch.ones(1 << 20)
     kept = (dropout_module(torch, 0.1).train()(x) > 0).double().mean().item()
     ok = abs(kept - 0.9) < 0.003
@@ -1400,6 +1527,25 @@ def check_formulations():
     })
     report("fp32 forward + backward of causal attention, 128 (batch x heads) x 128 x 64:", ms,
            "this script's attention (baddbmm with a cached mask)")
+    # Last, after the smaller blocks: its forms allocate hundreds of MB.
+    B, L, d = 16, 128, 256
+    sheaf = LM.Sheaf(d, patch=16, depth=4, types=4, states=16, ds=64)  # the paper's block, the LM's form
+    other = LM.Sheaf(d, patch=16, depth=4, types=4, states=16, ds=64, two_scans=not sheaf.two_scans)
+    other.load_state_dict(sheaf.state_dict())
+    h = torch.randn(B, L, d, requires_grad=True)
+
+    def sheaf_loss(blk):
+        out, balance, energy = blk(h, ident)
+        return out.sum() + 0.01 * (balance + energy)
+    forms = {False: "each patch scanned once, from h0_p",
+             True: "two scans: zero-state + linear chain, then from h0"}
+    mine = "this script's block: " + forms[sheaf.two_scans]
+    ms = median_ms({
+        mine: fwd_bwd(lambda: sheaf_loss(sheaf), h),
+        forms[other.two_scans]: fwd_bwd(lambda: sheaf_loss(other), h),
+    })
+    report(f"fp32 forward + backward of one SheafStateLM block, batch {B} x {L}, d {d}, P 16, depth 4, 4 types, "
+           f"N 16, ds 64:", ms, mine)
     print("all checks passed" if not failures else "FAILED: " + "; ".join(failures))
     return 0 if not failures else 1
 
