@@ -193,8 +193,9 @@ struct AdamSegment {
 // and h_last[b, s, d, n] = the state after the segment's last token (when not null). The
 // gate is Mamba's output gate y * silu(z), taken inside the scan so that the ungated
 // output is never written (the backward recomputes it from the states it rebuilds).
-// Layouts, contiguous: u, delta, z, y (batch, L, D); B, C (batch, L, N); A_log (D, N);
-// delta_bias, Dskip (D); h0, h_last (batch, segments, D, N) with segments = ceil(L / P).
+// Layouts: u, delta, z, y (batch, L, D); B, C (batch, L, N) (the inputs among them possibly
+// strided, see below); A_log (D, N); delta_bias, Dskip (D); h0, h_last (batch, segments,
+// D, N) with segments = ceil(L / P), contiguous.
 template <typename T>
 struct ScanArgs {
   i64 batch = 0, L = 0, D = 0, N = 0, P = 0;
@@ -207,6 +208,13 @@ struct ScanArgs {
   const T* Dskip = nullptr;
   const T* h0 = nullptr;
   const T* z = nullptr;
+  // Where the inputs' tokens lie, in elements, 0 meaning contiguous: token t of batch b of
+  // u, delta and z starts at b * x_batch_stride + t * x_token_stride (0: L * D and D), of B
+  // and C at b * bc_batch_stride + t * bc_token_stride (0: L * N and N); a token's channels
+  // (or states) are contiguous. So a piece of a longer sequence, or B and C sliced from a
+  // wider projection, are read in place. Every output (y, h_last, step_sums, each
+  // gradient) is contiguous.
+  i64 x_batch_stride = 0, x_token_stride = 0, bc_batch_stride = 0, bc_token_stride = 0;
   i64 segments() const { return P > 0 ? (L + P - 1) / P : 0; }
 };
 // The gradients of every input of ScanArgs; each is written (not accumulated), and a null

@@ -33,7 +33,33 @@ void bind_inputs(Fields& f, F pointer) {
   f.z = pointer(8);
 }
 
-// The kernel arguments over contiguous copies of the inputs (kept alive by `keep`).
+// Can the kernels read t (batch, L, width) in place: its channels contiguous, its tokens
+// and batches at positive strides (ScanArgs)?
+bool token_strided(const Tensor& t) {
+  if (t.size(2) > 1 && t.strides()[2] != 1) return false;
+  for (int d = 0; d < 2; ++d)
+    if (t.size(d) > 1 && t.strides()[d] <= 0) return false;
+  return true;
+}
+
+// The tensors of one stride group of ScanArgs (u, delta, z; or B, C) as the kernels read
+// them: in place when they share one such layout (a piece of a longer sequence; B and C
+// sliced from one projection), else contiguous copies.
+void readable(std::vector<Tensor>& keep, std::initializer_list<int> group) {
+  const Tensor& first = keep[static_cast<std::size_t>(*group.begin())];
+  bool in_place = true;
+  for (int i : group) {
+    const Tensor& t = keep[static_cast<std::size_t>(i)];
+    if (t.defined() && (!token_strided(t) || t.strides() != first.strides())) in_place = false;
+  }
+  if (!in_place)
+    for (int i : group) {
+      Tensor& t = keep[static_cast<std::size_t>(i)];
+      if (t.defined()) t = t.contiguous();
+    }
+}
+
+// The kernel arguments over the inputs as `readable` left them (kept alive by `keep`).
 template <typename T>
 kernels::ScanArgs<T> scan_args(const std::vector<Tensor>& keep, std::int64_t segment) {
   kernels::ScanArgs<T> a;
@@ -43,6 +69,10 @@ kernels::ScanArgs<T> scan_args(const std::vector<Tensor>& keep, std::int64_t seg
   a.N = keep[2].size(1);
   a.P = segment;
   bind_inputs(a, [&](int i) -> const T* { return keep[i].defined() ? keep[i].data<T>() : nullptr; });
+  a.x_batch_stride = keep[0].strides()[0];
+  a.x_token_stride = keep[0].strides()[1];
+  a.bc_batch_stride = keep[3].strides()[0];
+  a.bc_token_stride = keep[3].strides()[1];
   return a;
 }
 
@@ -67,8 +97,16 @@ Tensor selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A_log,
   if (z.defined()) expect_shape(z, u.shape(), "the gate z");
   const std::vector<Tensor> inputs = {u, delta, A_log, B, C, Dskip, delta_bias, h0, z};
   check_same(kOp, inputs);
+  // u, delta, z and B, C are read where they lie when their layout allows; the rest are
+  // small or already contiguous.
   std::vector<Tensor> keep;
-  for (const Tensor& t : inputs) keep.push_back(t.defined() ? t.contiguous() : Tensor());
+  for (const Tensor& t : inputs) keep.push_back(t);
+  readable(keep, {0, 1, 8});
+  readable(keep, {3, 4});
+  for (int i : {2, 5, 6, 7}) {
+    Tensor& t = keep[static_cast<std::size_t>(i)];
+    if (t.defined()) t = t.contiguous();
+  }
 
   // The outputs: y, and the step sums and the last states when asked for (all
   // differentiable).

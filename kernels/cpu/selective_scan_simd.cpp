@@ -14,7 +14,9 @@
 // fresh cache miss that the hardware prefetchers do not anticipate, and the scan waits on
 // memory. So each pair first packs its segment's rows (read sequentially, one row after
 // the other) into per-thread scratch laid out [block][token][kLanes], runs every block
-// from there, and unpacks its outputs the same way.
+// from there, and unpacks its outputs the same way. The inputs' rows may lie any stride
+// apart (a piece of a longer sequence, B and C sliced from a wider projection: ScanArgs);
+// packing reads them in place.
 //
 // The backward keeps no per-token state: each (batch, segment) recomputes its P states
 // (and their decays exp(dt A), so the exponential is evaluated once) from h0 into a
@@ -73,22 +75,35 @@ void scatter_states(const float* h, i64 D, i64 N, i64 d0, float* dst) {
 
 vf load_or_zero(const float* p, i64 offset, i64 valid) { return p != nullptr ? load_first(p + offset, valid) : zero(); }
 
-// The rows [t0, t1) of batch b of a (batch, L, D) tensor <-> the packed layout
-// packed[(block * P + k) * kLanes + lane] (k = t - t0; the lanes past D are zeros).
-void pack_rows(const float* src, const ScanArgs<float>& a, const ChannelBlocks& cb, i64 b, i64 t0, i64 t1,
+// Where the inputs' tokens lie (ScanArgs: 0 strides mean contiguous), and the
+// contiguous (batch, L, D) layout of gy and of the outputs.
+struct Strides {
+  i64 x_batch, x_token, bc_batch, bc_token;
+  explicit Strides(const ScanArgs<float>& a)
+      : x_batch(a.x_batch_stride != 0 ? a.x_batch_stride : a.L * a.D),
+        x_token(a.x_token_stride != 0 ? a.x_token_stride : a.D),
+        bc_batch(a.bc_batch_stride != 0 ? a.bc_batch_stride : a.L * a.N),
+        bc_token(a.bc_token_stride != 0 ? a.bc_token_stride : a.N) {}
+  i64 x(i64 b, i64 t) const { return b * x_batch + t * x_token; }    // u, delta, z
+  i64 bc(i64 b, i64 t) const { return b * bc_batch + t * bc_token; }  // B, C
+};
+i64 contiguous_row(const ScanArgs<float>& a, i64 b, i64 t) { return (b * a.L + t) * a.D; }  // gy, outputs
+
+// `count` rows of D channels, `stride` floats apart, <-> the packed layout
+// packed[(block * P + k) * kLanes + lane] (row k; the lanes past D are zeros).
+void pack_rows(const float* first, i64 stride, i64 count, const ScanArgs<float>& a, const ChannelBlocks& cb,
                float* packed) {
-  for (i64 t = t0; t < t1; ++t) {
-    const float* row = src + (b * a.L + t) * a.D;
+  for (i64 k = 0; k < count; ++k) {
+    const float* row = first + k * stride;
     for (i64 block = 0; block < cb.count; ++block)
-      store_aligned(packed + (block * a.P + t - t0) * kLanes, load_first(row + block * kLanes, cb.valid(block)));
+      store_aligned(packed + (block * a.P + k) * kLanes, load_first(row + block * kLanes, cb.valid(block)));
   }
 }
-void unpack_rows(const float* packed, const ScanArgs<float>& a, const ChannelBlocks& cb, i64 b, i64 t0, i64 t1,
-                 float* dst) {
-  for (i64 t = t0; t < t1; ++t) {
-    float* row = dst + (b * a.L + t) * a.D;
+void unpack_rows(const float* packed, i64 count, const ScanArgs<float>& a, const ChannelBlocks& cb, float* first) {
+  for (i64 k = 0; k < count; ++k) {
+    float* row = first + k * a.D;
     for (i64 block = 0; block < cb.count; ++block)
-      store_first(row + block * kLanes, cb.valid(block), load_aligned(packed + (block * a.P + t - t0) * kLanes));
+      store_first(row + block * kLanes, cb.valid(block), load_aligned(packed + (block * a.P + k) * kLanes));
   }
 }
 
@@ -127,8 +142,8 @@ Token load_token(const float* u, const float* delta, vf bias, i64 k) {
 // for token k, and that token's decays exp(dt A) in decays[k * N * kLanes ...], so the
 // backward need not evaluate the exponential again. Returns the block's step sizes summed
 // over the tokens, in token order (the forward's step sums).
-vf scan_block(const ScanArgs<float>& a, const float* A_block, vf bias, vf Dskip, i64 b, i64 t0, i64 len,
-                const float* u, const float* delta, const float* z, float* h, float* y, float* states,
+vf scan_block(const ScanArgs<float>& a, const Strides& st, const float* A_block, vf bias, vf Dskip, i64 b, i64 t0,
+                i64 len, const float* u, const float* delta, const float* z, float* h, float* y, float* states,
                 float* decays) {
   const i64 N = a.N;
   vf dt_sum = zero();
@@ -136,8 +151,8 @@ vf scan_block(const ScanArgs<float>& a, const float* A_block, vf bias, vf Dskip,
     const Token tok = load_token(u, delta, bias, k);
     dt_sum = add(dt_sum, tok.dt);
     const vf dtu = mul(tok.dt, tok.u);
-    const float* Bt = a.B + (b * a.L + t0 + k) * N;
-    const float* Ct = a.C + (b * a.L + t0 + k) * N;
+    const float* Bt = a.B + st.bc(b, t0 + k);
+    const float* Ct = a.C + st.bc(b, t0 + k);
     vf out = mul(Dskip, tok.u);
     for (i64 n = 0; n < N; ++n) {
       const vf decay = exp(mul(tok.dt, load_aligned(A_block + n * kLanes)));
@@ -169,27 +184,28 @@ void selective_scan_forward(const ScanArgs<float>& a, float* y, float* h_last, f
   const i64 S = a.segments(), N = a.N;
   thread_local ScratchBuffer a_buffer;
   const ChannelBlocks cb = transpose_A(a.A_log, a.D, N, a_buffer);
+  const Strides st(a);
   parallel_for(0, a.batch * S, pair_grain(a), [&](i64 p0, i64 p1) {
     thread_local ScratchBuffer h_buffer, pack_buffer;
     float* h = h_buffer.get(static_cast<std::size_t>(N * kLanes));
     const Packed pk = packed_buffers(pack_buffer, a, cb, kForwardBuffers);
     for (i64 pair = p0; pair < p1; ++pair) {
-      const i64 b = pair / S, s = pair % S, t0 = s * a.P, t1 = std::min(a.L, t0 + a.P);
-      pack_rows(a.u, a, cb, b, t0, t1, pk.u);
-      pack_rows(a.delta, a, cb, b, t0, t1, pk.delta);
-      if (a.z != nullptr && y != nullptr) pack_rows(a.z, a, cb, b, t0, t1, pk.z);
+      const i64 b = pair / S, s = pair % S, t0 = s * a.P, len = std::min(a.L, t0 + a.P) - t0;
+      pack_rows(a.u + st.x(b, t0), st.x_token, len, a, cb, pk.u);
+      pack_rows(a.delta + st.x(b, t0), st.x_token, len, a, cb, pk.delta);
+      if (a.z != nullptr && y != nullptr) pack_rows(a.z + st.x(b, t0), st.x_token, len, a, cb, pk.z);
       for (i64 block = 0; block < cb.count; ++block) {
         const i64 d0 = block * kLanes, at = block * a.P * kLanes, valid = cb.valid(block);
         if (a.h0 != nullptr) gather_states(a.h0 + pair * a.D * N, a.D, N, d0, h);
         else std::fill(h, h + N * kLanes, 0.0f);
-        const vf dt_sum = scan_block(a, cb.At + block * N * kLanes, load_or_zero(a.delta_bias, d0, valid),
-                                     load_or_zero(a.Dskip, d0, valid), b, t0, t1 - t0, pk.u + at, pk.delta + at,
+        const vf dt_sum = scan_block(a, st, cb.At + block * N * kLanes, load_or_zero(a.delta_bias, d0, valid),
+                                     load_or_zero(a.Dskip, d0, valid), b, t0, len, pk.u + at, pk.delta + at,
                                      a.z != nullptr && y != nullptr ? pk.z + at : nullptr, h,
                                      y != nullptr ? pk.out + at : nullptr, nullptr, nullptr);
         if (h_last != nullptr) scatter_states(h, a.D, N, d0, h_last + pair * a.D * N);
         if (step_sums != nullptr) store_first(step_sums + pair * a.D + d0, valid, dt_sum);
       }
-      if (y != nullptr) unpack_rows(pk.out, a, cb, b, t0, t1, y);
+      if (y != nullptr) unpack_rows(pk.out, len, a, cb, y + contiguous_row(a, b, t0));
     }
   });
 }
@@ -199,6 +215,7 @@ void selective_scan_backward(const ScanArgs<float>& a, const float* gy, const fl
   const i64 S = a.segments(), N = a.N, D = a.D, P = a.P, pairs = a.batch * S;
   thread_local ScratchBuffer a_buffer, partial_buffer;
   const ChannelBlocks cb = transpose_A(a.A_log, D, N, a_buffer);
+  const Strides st(a);
   // Per group, in lane layout: gA (count x N x kLanes), then gDskip and gdelta_bias
   // (count x kLanes).
   const i64 group_size = (pairs + kMaxGroups - 1) / kMaxGroups, groups = (pairs + group_size - 1) / group_size;
@@ -220,11 +237,11 @@ void selective_scan_backward(const ScanArgs<float>& a, const float* gy, const fl
     for (i64 group = g0; group < g1; ++group) {
       float* partial = partials + group * partial_size;
       for (i64 pair = group * group_size; pair < std::min(pairs, (group + 1) * group_size); ++pair) {
-        const i64 b = pair / S, s = pair % S, t0 = s * P, t1 = std::min(a.L, t0 + P), len = t1 - t0;
-        pack_rows(a.u, a, cb, b, t0, t1, pk.u);
-        pack_rows(a.delta, a, cb, b, t0, t1, pk.delta);
-        pack_rows(gy, a, cb, b, t0, t1, pk.gy);
-        if (gated) pack_rows(a.z, a, cb, b, t0, t1, pk.z);
+        const i64 b = pair / S, s = pair % S, t0 = s * P, len = std::min(a.L, t0 + P) - t0;
+        pack_rows(a.u + st.x(b, t0), st.x_token, len, a, cb, pk.u);
+        pack_rows(a.delta + st.x(b, t0), st.x_token, len, a, cb, pk.delta);
+        pack_rows(gy + contiguous_row(a, b, t0), D, len, a, cb, pk.gy);
+        if (gated) pack_rows(a.z + st.x(b, t0), st.x_token, len, a, cb, pk.z);
         std::fill(gB_lanes, gB_lanes + 2 * P * N * kLanes, 0.0f);
         for (i64 block = 0; block < cb.count; ++block) {
           const i64 d0 = block * kLanes, at = block * P * kLanes, valid = cb.valid(block);
@@ -236,7 +253,7 @@ void selective_scan_backward(const ScanArgs<float>& a, const float* gy, const fl
           else std::fill(states, states + N * kLanes, 0.0f);
           float* h = gh;  // the forward's running state; gh is set only after it
           std::copy(states, states + N * kLanes, h);
-          scan_block(a, A_block, bias, Dskip, b, t0, len, u, delta, nullptr, h, nullptr, states, decays);
+          scan_block(a, st, A_block, bias, Dskip, b, t0, len, u, delta, nullptr, h, nullptr, states, decays);
           if (g_h_last != nullptr) gather_states(g_h_last + pair * D * N, D, N, d0, gh);
           else std::fill(gh, gh + N * kLanes, 0.0f);
           float* gA = partial + block * N * kLanes;
@@ -254,8 +271,8 @@ void selective_scan_backward(const ScanArgs<float>& a, const float* gy, const fl
             // gu = gy Dskip + dt Σ_n gh_n B_n and gdt = u Σ_n gh_n B_n + Σ_n g_decay_n A_n:
             // two independent sums over n, so no chain of dependent FMAs runs through it.
             vf sum_gB = zero(), sum_gA = zero();
-            const float* Bt = a.B + (b * a.L + t0 + k) * N;
-            const float* Ct = a.C + (b * a.L + t0 + k) * N;
+            const float* Bt = a.B + st.bc(b, t0 + k);
+            const float* Ct = a.C + st.bc(b, t0 + k);
             const float* decay_k = decays + k * N * kLanes;
             const float* before_k = states + k * N * kLanes;
             const float* after_k = before_k + N * kLanes;
@@ -286,9 +303,9 @@ void selective_scan_backward(const ScanArgs<float>& a, const float* gy, const fl
           store_aligned(sums + d0, add(load_aligned(sums + d0), gDskip));
           store_aligned(sums + cb.count * kLanes + d0, add(load_aligned(sums + cb.count * kLanes + d0), gbias));
         }
-        if (g.delta != nullptr) unpack_rows(pk.gdelta, a, cb, b, t0, t1, g.delta);
-        if (g.u != nullptr) unpack_rows(pk.gu, a, cb, b, t0, t1, g.u);
-        if (gated && g.z != nullptr) unpack_rows(pk.gz, a, cb, b, t0, t1, g.z);
+        if (g.delta != nullptr) unpack_rows(pk.gdelta, len, a, cb, g.delta + contiguous_row(a, b, t0));
+        if (g.u != nullptr) unpack_rows(pk.gu, len, a, cb, g.u + contiguous_row(a, b, t0));
+        if (gated && g.z != nullptr) unpack_rows(pk.gz, len, a, cb, g.z + contiguous_row(a, b, t0));
         // gB_t[n], gC_t[n]: the sum over channels, from the lane sums of every block.
         for (i64 k = 0; k < len; ++k)
           for (i64 n = 0; n < N; ++n) {

@@ -7,6 +7,12 @@
 // A = -exp(A_log) <= 0 and dt >= 0, so the decay exp(dt A) lies in [0, 1] (1 when dt == 0,
 // even for A = -inf: no 0 * inf).
 //
+// Layouts: the inputs u, delta, z, B and C are read through ScanArgs' token and batch
+// strides (a token's channels, or states, contiguous), which resolve_strides fills in once
+// on the host, so the kernels never see the 0 defaults; y, gy and every gradient are
+// contiguous (batch, L, D) or (batch, L, N). A kernel therefore keeps two indices per token:
+// ix for the strided inputs u, delta and z, and i for y, gy and the outputs.
+//
 // Mapping (both kernels): one thread per channel d, one warp per tile of 32 channels, up to
 // four warps per block, one group of blocks per (batch, segment). A thread keeps the states
 // of its channel in registers, kStateChunk (at most 16) of them at a time: a larger N is
@@ -74,6 +80,16 @@ void check_args(const ScanArgs<float>& a, const char* who) {
   if (a.L > 0 && a.P < 1) throw std::invalid_argument(name + ": segment length P must be >= 1");
 }
 
+// The args with the 0 (contiguous) strides replaced by L * D and D, L * N and N, so the
+// kernels index every input alike.
+ScanArgs<float> resolve_strides(ScanArgs<float> a) {
+  if (a.x_token_stride == 0) a.x_token_stride = a.D;
+  if (a.x_batch_stride == 0) a.x_batch_stride = a.L * a.D;
+  if (a.bc_token_stride == 0) a.bc_token_stride = a.N;
+  if (a.bc_batch_stride == 0) a.bc_batch_stride = a.L * a.N;
+  return a;
+}
+
 ScanPlan plan_scan(const ScanArgs<float>& a, const char* who) {
   ScanPlan p;
   p.segments = a.segments();
@@ -120,6 +136,15 @@ __device__ __forceinline__ void scan_step(float (&h)[NC], const float (&A)[NC], 
   for (int j = 0; j < NC; ++j) {
     if (j < count) h[j] = scan_decay(dt, A[j]) * h[j] + dt * Bt[j] * u;
   }
+}
+
+// Where token t of batch b starts in u, delta and z (add the channel), and in B and C (add
+// the state); the args' strides are resolved (resolve_strides).
+__device__ __forceinline__ i64 scan_x_token(const ScanArgs<float>& a, i64 b, i64 t) {
+  return b * a.x_batch_stride + t * a.x_token_stride;
+}
+__device__ __forceinline__ i64 scan_bc_token(const ScanArgs<float>& a, i64 b, i64 t) {
+  return b * a.bc_batch_stride + t * a.bc_token_stride;
 }
 
 // Which (batch, segment) and which channel this thread works on.
@@ -181,19 +206,21 @@ __global__ void __launch_bounds__(kMaxThreads)
       h[j] = j < count && a.h0 != nullptr ? a.h0[state0 + n0 + j] : 0.0f;
     }
     for (i64 t = t0; t < t1; ++t) {
-      const i64 i = (b * L + t) * D + d;
-      const float dt = scan_softplus(a.delta[i] + bias), u = a.u[i];
+      const i64 ix = scan_x_token(a, b, t) + d;  // u, delta, z (strided)
+      const i64 i = (b * L + t) * D + d;         // y (contiguous)
+      const i64 bc = scan_bc_token(a, b, t) + n0;
+      const float dt = scan_softplus(a.delta[ix] + bias), u = a.u[ix];
       if (c == 0) dt_sum += dt;
-      scan_step(h, A, dt, u, a.B + (b * L + t) * N + n0, count);
+      scan_step(h, A, dt, u, a.B + bc, count);
       // y = Dskip u + C_0 h_0 + C_1 h_1 + ...: one sequential sum over n, continued from
       // the previous chunk's partial value in y.
       float out = c > 0 ? y[i] : (a.Dskip != nullptr ? a.Dskip[d] * u : 0.0f);
-      const float* Ct = a.C + (b * L + t) * N + n0;
+      const float* Ct = a.C + bc;
       WEDGE_UNROLL
       for (int j = 0; j < NC; ++j) {
         if (j < count) out += Ct[j] * h[j];
       }
-      if (a.z != nullptr && c + 1 == chunks) out *= scan_silu(a.z[i]);  // the output gate, once
+      if (a.z != nullptr && c + 1 == chunks) out *= scan_silu(a.z[ix]);  // the output gate, once
       y[i] = out;
     }
     if (h_last != nullptr) {
@@ -273,20 +300,22 @@ __global__ void __launch_bounds__(kMaxThreads)
           WEDGE_UNROLL
           for (int j = 0; j < NC; ++j) states[0][j] = h[j];
         }
-        const i64 t = t0 + k, i = (b * L + t) * D + d;
-        const float dt = valid ? scan_softplus(a.delta[i] + bias) : 0.0f, u = valid ? a.u[i] : 0.0f;
-        scan_step(h, A, dt, u, a.B + (b * L + t) * N + n0, valid ? count : 0);
+        const i64 t = t0 + k, ix = scan_x_token(a, b, t) + d;
+        const float dt = valid ? scan_softplus(a.delta[ix] + bias) : 0.0f, u = valid ? a.u[ix] : 0.0f;
+        scan_step(h, A, dt, u, a.B + scan_bc_token(a, b, t) + n0, valid ? count : 0);
         if (k >= k_begin) {
           WEDGE_UNROLL
           for (int j = 0; j < NC; ++j) states[k - k_begin + 1][j] = h[j];
         }
       }
       for (i64 k = k_end - 1; k >= k_begin; --k) {
-        const i64 t = t0 + k, i = (b * L + t) * D + d;
-        const float pre = valid ? a.delta[i] + bias : 0.0f;
-        const float dt = valid ? scan_softplus(pre) : 0.0f, u = valid ? a.u[i] : 0.0f;
+        const i64 t = t0 + k;
+        const i64 ix = scan_x_token(a, b, t) + d;  // u, delta, z (strided)
+        const i64 i = (b * L + t) * D + d;         // gy, the gradients, the carries (contiguous)
+        const float pre = valid ? a.delta[ix] + bias : 0.0f;
+        const float dt = valid ? scan_softplus(pre) : 0.0f, u = valid ? a.u[ix] : 0.0f;
         // gyt: the gradient of the ungated output o = C . h + Dskip u (gy silu(z) when gated).
-        const float gy_out = valid ? gy[i] : 0.0f, z = valid && a.z != nullptr ? a.z[i] : 0.0f;
+        const float gy_out = valid ? gy[i] : 0.0f, z = valid && a.z != nullptr ? a.z[ix] : 0.0f;
         const float gyt = a.z != nullptr ? gy_out * scan_silu(z) : gy_out;
         const bool want_gz = valid && a.z != nullptr && o.gz != nullptr;
         float ungated = 0.0f;
@@ -298,8 +327,9 @@ __global__ void __launch_bounds__(kMaxThreads)
           gu = o.carry_gu[i];
         }
         if (first_chunk) gskip_sum += gyt * u;
-        const float* Bt = a.B + (b * L + t) * N + n0;
-        const float* Ct = a.C + (b * L + t) * N + n0;
+        const i64 bc = scan_bc_token(a, b, t) + n0;
+        const float* Bt = a.B + bc;
+        const float* Ct = a.C + bc;
         const float* h_before = states[k - k_begin];
         const float* h_after = states[k - k_begin + 1];
         float x[V];
@@ -378,8 +408,9 @@ void launch_backward(const ScanArgs<float>& a, const ScanPlan& p, const float* g
 
 using namespace selective_scan_impl;
 
-void selective_scan_forward(const ScanArgs<float>& args, float* y, float* h_last, float* step_sums) {
-  check_args(args, "selective_scan_forward");
+void selective_scan_forward(const ScanArgs<float>& given, float* y, float* h_last, float* step_sums) {
+  check_args(given, "selective_scan_forward");
+  const ScanArgs<float> args = resolve_strides(given);
   const ScanPlan p = plan_scan(args, "selective_scan_forward");
   if (p.blocks == 0) return;  // no batch, no tokens or no channels: nothing to write
   switch (p.state_chunk) {
@@ -391,9 +422,10 @@ void selective_scan_forward(const ScanArgs<float>& args, float* y, float* h_last
   }
 }
 
-void selective_scan_backward(const ScanArgs<float>& args, const float* gy, const float* g_h_last,
+void selective_scan_backward(const ScanArgs<float>& given, const float* gy, const float* g_h_last,
                              const float* g_step_sums, const ScanGrads<float>& grads) {
-  check_args(args, "selective_scan_backward");
+  check_args(given, "selective_scan_backward");
+  const ScanArgs<float> args = resolve_strides(given);
   const ScanPlan p = plan_scan(args, "selective_scan_backward");
   const i64 batch = args.batch, L = args.L, D = args.D, N = args.N;
   const i64 rows = batch * p.segments;  // (batch, segment) pairs

@@ -28,11 +28,21 @@ namespace wedge::kernels::ref {
 
 namespace {
 
-// Index helpers for the layouts of ScanArgs.
+// Index helpers for the layouts of ScanArgs: the inputs u, delta, z and B, C where their
+// strides put them, everything else contiguous.
 struct ScanIndex {
-  i64 L, D, N, S;
-  i64 token(i64 b, i64 t, i64 d) const { return (b * L + t) * D + d; }       // u, delta, y
-  i64 state_input(i64 b, i64 t, i64 n) const { return (b * L + t) * N + n; }  // B, C
+  i64 L, D, N, S, x_batch, x_token, bc_batch, bc_token;
+  template <typename T>
+  explicit ScanIndex(const ScanArgs<T>& a)
+      : L(a.L), D(a.D), N(a.N), S(a.segments()),
+        x_batch(a.x_batch_stride != 0 ? a.x_batch_stride : a.L * a.D),
+        x_token(a.x_token_stride != 0 ? a.x_token_stride : a.D),
+        bc_batch(a.bc_batch_stride != 0 ? a.bc_batch_stride : a.L * a.N),
+        bc_token(a.bc_token_stride != 0 ? a.bc_token_stride : a.N) {}
+  i64 input(i64 b, i64 t, i64 d) const { return b * x_batch + t * x_token + d; }         // u, delta, z
+  i64 token(i64 b, i64 t, i64 d) const { return (b * L + t) * D + d; }                    // y, gy, gu, ...
+  i64 state_input(i64 b, i64 t, i64 n) const { return b * bc_batch + t * bc_token + n; }  // B, C
+  i64 state_grad(i64 b, i64 t, i64 n) const { return (b * L + t) * N + n; }               // gB, gC
   i64 state(i64 b, i64 s, i64 d, i64 n) const { return ((b * S + s) * D + d) * N + n; }
 };
 
@@ -48,7 +58,7 @@ inline acc_t decay(acc_t dt, acc_t A) { return dt == 0 ? 1.0 : std::exp(dt * A);
 
 template <typename T>
 void selective_scan_forward(const ScanArgs<T>& a, T* y, T* h_last, T* step_sums) {
-  const ScanIndex ix{a.L, a.D, a.N, a.segments()};
+  const ScanIndex ix(a);
   std::vector<acc_t> h(a.N), A(a.N);
   for (i64 b = 0; b < a.batch; ++b)
     for (i64 s = 0; s < ix.S; ++s)
@@ -59,21 +69,21 @@ void selective_scan_forward(const ScanArgs<T>& a, T* y, T* h_last, T* step_sums)
         }
         // course 18 begin: the selective scan (S6) forward, the reference kernel: decay the state, add the input, read it out, token by token
         for (i64 t = s * a.P; t < std::min(a.L, (s + 1) * a.P); ++t) {
-          const i64 i = ix.token(b, t, d);
-          const acc_t dt = step_size(a, i, d), u = acc_t(a.u[i]);
+          const i64 x = ix.input(b, t, d);
+          const acc_t dt = step_size(a, x, d), u = acc_t(a.u[x]);
           acc_t out = a.Dskip != nullptr ? acc_t(a.Dskip[d]) * u : 0.0;
           for (i64 n = 0; n < a.N; ++n) {
             h[n] = decay(dt, A[n]) * h[n] + dt * acc_t(a.B[ix.state_input(b, t, n)]) * u;
             out += acc_t(a.C[ix.state_input(b, t, n)]) * h[n];
           }
-          y[i] = T(a.z != nullptr ? out * silu(acc_t(a.z[i])) : out);
+          y[ix.token(b, t, d)] = T(a.z != nullptr ? out * silu(acc_t(a.z[x])) : out);
         }
         // course 18 end
         if (h_last != nullptr)
           for (i64 n = 0; n < a.N; ++n) h_last[ix.state(b, s, d, n)] = T(h[n]);
         if (step_sums != nullptr) {
           acc_t sum = 0.0;
-          for (i64 t = s * a.P; t < std::min(a.L, (s + 1) * a.P); ++t) sum += step_size(a, ix.token(b, t, d), d);
+          for (i64 t = s * a.P; t < std::min(a.L, (s + 1) * a.P); ++t) sum += step_size(a, ix.input(b, t, d), d);
           step_sums[(b * ix.S + s) * a.D + d] = T(sum);
         }
       }
@@ -82,7 +92,7 @@ void selective_scan_forward(const ScanArgs<T>& a, T* y, T* h_last, T* step_sums)
 template <typename T>
 void selective_scan_backward(const ScanArgs<T>& a, const T* gy, const T* g_h_last, const T* g_step_sums,
                              const ScanGrads<T>& g) {
-  const ScanIndex ix{a.L, a.D, a.N, a.segments()};
+  const ScanIndex ix(a);
   // Sums over channels (gB, gC) and over batch and tokens (gA_log, gDskip, gdelta_bias)
   // are kept in double and rounded once at the end.
   std::vector<acc_t> gB(a.batch * a.L * a.N, 0.0), gC(gB.size(), 0.0), gA_log(a.D * a.N, 0.0),
@@ -102,16 +112,16 @@ void selective_scan_backward(const ScanArgs<T>& a, const T* gy, const T* g_h_las
           gA[n] = 0.0;
         }
         for (i64 t = t0; t < t1; ++t) {
-          const i64 i = ix.token(b, t, d), k = t - t0;
-          const acc_t dt = step_size(a, i, d), u = acc_t(a.u[i]);
+          const i64 x = ix.input(b, t, d), k = t - t0;
+          const acc_t dt = step_size(a, x, d), u = acc_t(a.u[x]);
           for (i64 n = 0; n < a.N; ++n)
             h(k + 1, n) = decay(dt, A[n]) * h(k, n) + dt * acc_t(a.B[ix.state_input(b, t, n)]) * u;
         }
         for (i64 t = t1 - 1; t >= t0; --t) {
-          const i64 i = ix.token(b, t, d), k = t - t0;
-          const acc_t pre = acc_t(a.delta[i]) + (a.delta_bias != nullptr ? acc_t(a.delta_bias[d]) : 0.0);
-          const acc_t dt = softplus(pre), u = acc_t(a.u[i]);
-          const acc_t z = a.z != nullptr ? acc_t(a.z[i]) : 0.0;
+          const i64 i = ix.token(b, t, d), x = ix.input(b, t, d), k = t - t0;
+          const acc_t pre = acc_t(a.delta[x]) + (a.delta_bias != nullptr ? acc_t(a.delta_bias[d]) : 0.0);
+          const acc_t dt = softplus(pre), u = acc_t(a.u[x]);
+          const acc_t z = a.z != nullptr ? acc_t(a.z[x]) : 0.0;
           // gyt: the gradient of the ungated output o_t.
           const acc_t gyt = a.z != nullptr ? acc_t(gy[i]) * silu(z) : acc_t(gy[i]);
           if (a.z != nullptr && g.z != nullptr) {
@@ -122,8 +132,8 @@ void selective_scan_backward(const ScanArgs<T>& a, const T* gy, const T* g_h_las
           gDskip[d] += gyt * u;
           acc_t gu = a.Dskip != nullptr ? gyt * acc_t(a.Dskip[d]) : 0.0, gdt = 0.0;
           for (i64 n = 0; n < a.N; ++n) {
-            const i64 j = ix.state_input(b, t, n);
-            const acc_t Bn = acc_t(a.B[j]), Cn = acc_t(a.C[j]), decay_n = decay(dt, A[n]);
+            const i64 j = ix.state_grad(b, t, n), bc = ix.state_input(b, t, n);
+            const acc_t Bn = acc_t(a.B[bc]), Cn = acc_t(a.C[bc]), decay_n = decay(dt, A[n]);
             gC[j] += gyt * h(k + 1, n);
             gh[n] += Cn * gyt;
             const acc_t g_decay = gh[n] * h(k, n);

@@ -18,6 +18,7 @@
 #include "backend_harness.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -859,10 +860,45 @@ void check_gate_mix(Suite<T>& s) {
   }
 }
 
+// Where the selective scan's inputs lie (ScanArgs' strides). Contiguous: the strides left
+// at 0. Strided u, delta and z: a piece of longer sequences, each token a row of D + 3 with
+// the channels at columns [1, D + 1), the piece starting at token 3 of L + 4 per sequence.
+// Strided B and C: slices of a wider projection, each token a row of 2N + 5 with B at
+// column 2 and C at column N + 4, the piece starting at token 1 of L + 2. Every element of
+// those buffers outside the slices is NaN, so a kernel that reads one poisons its outputs.
+// The outputs, gy, h0 and g_h_last stay contiguous in every layout.
+struct ScanLayout {
+  bool strided_x, strided_bc;
+  const char* name;
+};
+constexpr ScanLayout kScanLayouts[] = {
+    {false, false, "contiguous"},
+    {true, true, "u, delta, z, B, C strided"},
+    {true, false, "u, delta, z strided, B, C contiguous"},
+};
+
+// values (batch, L, width), contiguous, copied into `size` NaNs: the row of token t of
+// sequence b to offset + b * batch_stride + t * token_stride.
+std::vector<float> spread_rows(const std::vector<float>& values, i64 batch, i64 L, i64 width, i64 offset,
+                               i64 token_stride, i64 batch_stride, i64 size) {
+  std::vector<float> out = nans(std::size_t(size));
+  for (i64 b = 0; b < batch; ++b) {
+    for (i64 t = 0; t < L; ++t) {
+      std::copy_n(values.begin() + (b * L + t) * width, width,
+                  out.begin() + offset + b * batch_stride + t * token_stride);
+    }
+  }
+  return out;
+}
+
 // The selective scan, forward and backward, on segments that do not divide L, P = 1, P > L,
 // every optional input (the output gate z included) present or null, and gradients skipped
-// in mixed combinations. The step sums ride with h_last (both per-segment outputs) and
-// their gradient with g_h_last.
+// in mixed combinations, each with its inputs contiguous and strided (kScanLayouts). The
+// step sums ride with h_last (both per-segment outputs) and their gradient with g_h_last.
+// A strided layout's outputs are compared with the reference's on contiguous copies of the
+// same values (so the strides are checked whether or not the reference reads them) and
+// with the reference's on the same strided inputs, and the reference's two runs must give
+// the same bits (the same arithmetic on the same values).
 template <typename T>
 void check_selective_scan(Suite<T>& s) {
   struct Shape {
@@ -908,10 +944,12 @@ void check_selective_scan(Suite<T>& s) {
       auto g_step_sums = random_floats(std::size_t(sh.batch * S * sh.D), seed++);
       auto z = random_floats(tokens, seed++, -4.0f, 4.0f);
 
-      // The arguments over input(i), the i-th of u, delta, delta_bias, A_log, B, C, Dskip, h0,
-      // z (in host memory for the reference, in the backend's for the kernel under test).
+      // The inputs u, delta, delta_bias, A_log, B, C, Dskip, h0, z, contiguous.
       const std::vector<float>* host_inputs[9] = {&u, &delta, &delta_bias, &A_log, &B, &C, &Dskip, &h0, &z};
-      auto args_over = [&](auto input) {
+      // The arguments over input(i), the i-th of those (in host memory for the reference, in
+      // the backend's for the kernel under test, laid out as `strides` say: x_batch_stride,
+      // x_token_stride, bc_batch_stride, bc_token_stride).
+      auto args_over = [&](auto input, const std::array<i64, 4>& strides) {
         ScanArgs<std::remove_const_t<std::remove_pointer_t<decltype(input(0))>>> a;
         a.batch = sh.batch;
         a.L = sh.L;
@@ -927,9 +965,12 @@ void check_selective_scan(Suite<T>& s) {
         a.Dskip = var.skip ? input(6) : nullptr;
         a.h0 = var.h0 ? input(7) : nullptr;
         a.z = var.gate ? input(8) : nullptr;
+        a.x_batch_stride = strides[0];
+        a.x_token_stride = strides[1];
+        a.bc_batch_stride = strides[2];
+        a.bc_token_stride = strides[3];
         return a;
       };
-      const ScanArgs<float> ha = args_over([&](int i) -> const float* { return host_inputs[i]->data(); });
       // Gradient sizes in ScanGrads order (u, delta, delta_bias, A_log, B, C, Dskip, h0, z);
       // 0 where the variant does not ask for it.
       const std::size_t full_sizes[9] = {tokens, tokens, D, params, inputs, inputs, D, states, var.gate ? tokens : 0};
@@ -944,51 +985,106 @@ void check_selective_scan(Suite<T>& s) {
         return ScanGrads<std::remove_pointer_t<P>>{p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]};
       };
 
-      std::vector<float> y_ref(tokens), h_last_ref(var.h_last ? states : 0), sums_ref(sums);
-      s.ref.selective_scan_forward(ha, y_ref.data(), var.h_last ? h_last_ref.data() : nullptr,
-                                   var.h_last ? sums_ref.data() : nullptr);
-      std::vector<std::vector<float>> g_ref;
-      for (std::size_t n : sizes) g_ref.emplace_back(n);
-      s.ref.selective_scan_backward(ha, gy.data(), var.g_h_last ? g_h_last.data() : nullptr,
-                                    var.g_h_last ? g_step_sums.data() : nullptr,
-                                    grads_of(g_ref, [](std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }));
+      // The outputs in the order the device's come back in: y, h_last, the gradients in
+      // ScanGrads order, the step sums.
+      auto run_reference = [&](const ScanArgs<float>& a) {
+        std::vector<std::vector<float>> out = {std::vector<float>(tokens), std::vector<float>(var.h_last ? states : 0)};
+        for (std::size_t n : sizes) out.emplace_back(n);
+        out.emplace_back(sums);
+        s.ref.selective_scan_forward(a, out[0].data(), var.h_last ? out[1].data() : nullptr,
+                                     var.h_last ? out[11].data() : nullptr);
+        auto grad = [&](int k) { return out[2 + k].empty() ? nullptr : out[2 + k].data(); };
+        s.ref.selective_scan_backward(a, gy.data(), var.g_h_last ? g_h_last.data() : nullptr,
+                                      var.g_h_last ? g_step_sums.data() : nullptr,
+                                      ScanGrads<float>{grad(0), grad(1), grad(2), grad(3), grad(4), grad(5), grad(6),
+                                                       grad(7), grad(8)});
+        return out;
+      };
+      const auto contiguous_ref =
+          run_reference(args_over([&](int i) -> const float* { return host_inputs[i]->data(); }, {}));
 
-      const std::string what = "selective_scan batch,L,D,N,P=" + shape_str({sh.batch, sh.L, sh.D, sh.N, sh.P}) + " " +
-                               var.name;
-      auto got = run_twice(
-          [&] {
-            std::deque<DeviceBuffer<T, float>> din;  // buffers neither copy nor move
-            for (const std::vector<float>* v : host_inputs) din.emplace_back(s.alloc, *v);
-            auto dgy = s.put(gy), dghl = s.put(g_h_last), dgss = s.put(g_step_sums);
-            const ScanArgs<T> da = args_over([&](int i) -> const T* { return din[std::size_t(i)].get(); });
-            auto dy = s.put(nans(tokens)), dh_last = s.put(nans(var.h_last ? states : 0)), dsums = s.put(nans(sums));
-            s.dev.selective_scan_forward(da, dy.get(), var.h_last ? dh_last.get() : nullptr,
-                                         var.h_last ? dsums.get() : nullptr);
-            std::deque<DeviceBuffer<T, float>> dg;  // buffers neither copy nor move
-            for (std::size_t n : sizes) dg.emplace_back(s.alloc, nans(n));
-            std::size_t i = 0;
-            s.dev.selective_scan_backward(da, dgy.get(), var.g_h_last ? dghl.get() : nullptr,
-                                          var.g_h_last ? dgss.get() : nullptr, grads_of(dg, [&](DeviceBuffer<T, float>& b) { return sizes[i++] > 0 ? b.get() : nullptr; }));
-            std::vector<std::vector<float>> out = {dy.download(), dh_last.download()};
-            for (const auto& b : dg) out.push_back(b.download());
-            out.push_back(dsums.download());
-            return out;
-          },
-          what);
       auto terms = [&](const std::vector<float>& ref, double count) {
         return (1.0 + max_abs(ref)) * (1.0 + count / 1000.0);
       };
-      s.expect(KernelId::selective_scan_forward, "y", got[0], y_ref, what + " y", terms(y_ref, 0));
-      s.expect(KernelId::selective_scan_forward, "h_last", got[1], h_last_ref, what + " h_last", terms(h_last_ref, 0));
-      s.expect(KernelId::selective_scan_forward, "step sums", got[11], sums_ref, what + " step sums",
-               terms(sums_ref, double(std::min(sh.P, sh.L))));
       const char* names[9] = {"gu", "gdelta", "gdelta_bias", "gA_log", "gB", "gC", "gDskip", "gh0", "gz"};
       const double channels = double(sh.D), steps = double(sh.batch * sh.L);
       const double counts[9] = {0, 0, steps, steps, channels, channels, steps, 0, 0};
-      for (int k = 0; k < 9; ++k) {
-        const char* kind = counts[k] > 0 ? "sums" : "per element";
-        s.expect(KernelId::selective_scan_backward, kind, got[2 + k], g_ref[k], what + " " + names[k],
-                 terms(g_ref[k], counts[k]));
+      auto compare = [&](const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& ref,
+                         const std::string& what) {
+        s.expect(KernelId::selective_scan_forward, "y", got[0], ref[0], what + " y", terms(ref[0], 0));
+        s.expect(KernelId::selective_scan_forward, "h_last", got[1], ref[1], what + " h_last", terms(ref[1], 0));
+        s.expect(KernelId::selective_scan_forward, "step sums", got[11], ref[11], what + " step sums",
+                 terms(ref[11], double(std::min(sh.P, sh.L))));
+        for (int k = 0; k < 9; ++k) {
+          const char* kind = counts[k] > 0 ? "sums" : "per element";
+          s.expect(KernelId::selective_scan_backward, kind, got[2 + k], ref[2 + k], what + " " + names[k],
+                   terms(ref[2 + k], counts[k]));
+        }
+      };
+
+      for (const ScanLayout& layout : kScanLayouts) {
+        // The inputs as the layout places them: input i is laid[i] (or host_inputs[i]) from
+        // offset[i] on.
+        std::vector<float> laid[9];
+        i64 offset[9] = {};
+        std::array<i64, 4> strides = {};
+        auto place = [&](int i, i64 width, i64 at, i64 row, i64 sequence) {
+          laid[i] = spread_rows(*host_inputs[i], sh.batch, sh.L, width, at, row, sequence, sh.batch * sequence);
+          offset[i] = at;
+        };
+        if (layout.strided_x) {
+          const i64 row = sh.D + 3, sequence = (sh.L + 4) * row, at = 3 * row + 1;
+          for (int i : {0, 1, 8}) place(i, sh.D, at, row, sequence);  // u, delta, z
+          strides[0] = sequence;
+          strides[1] = row;
+        }
+        if (layout.strided_bc) {
+          const i64 row = 2 * sh.N + 5, sequence = (sh.L + 2) * row;
+          place(4, sh.N, row + 2, row, sequence);         // B
+          place(5, sh.N, row + sh.N + 4, row, sequence);  // C
+          strides[2] = sequence;
+          strides[3] = row;
+        }
+        auto input_vector = [&](int i) -> const std::vector<float>& {
+          return laid[i].empty() ? *host_inputs[i] : laid[i];
+        };
+
+        const std::string what = "selective_scan batch,L,D,N,P=" + shape_str({sh.batch, sh.L, sh.D, sh.N, sh.P}) +
+                                 " " + var.name + "; " + layout.name;
+        auto got = run_twice(
+            [&] {
+              std::deque<DeviceBuffer<T, float>> din;  // buffers neither copy nor move
+              for (int i = 0; i < 9; ++i) din.emplace_back(s.alloc, input_vector(i));
+              auto dgy = s.put(gy), dghl = s.put(g_h_last), dgss = s.put(g_step_sums);
+              const ScanArgs<T> da =
+                  args_over([&](int i) -> const T* { return din[std::size_t(i)].get() + offset[i]; }, strides);
+              auto dy = s.put(nans(tokens)), dh_last = s.put(nans(var.h_last ? states : 0)), dsums = s.put(nans(sums));
+              s.dev.selective_scan_forward(da, dy.get(), var.h_last ? dh_last.get() : nullptr,
+                                           var.h_last ? dsums.get() : nullptr);
+              std::deque<DeviceBuffer<T, float>> dg;  // buffers neither copy nor move
+              for (std::size_t n : sizes) dg.emplace_back(s.alloc, nans(n));
+              std::size_t i = 0;
+              auto grad_pointer = [&](DeviceBuffer<T, float>& b) { return sizes[i++] > 0 ? b.get() : nullptr; };
+              s.dev.selective_scan_backward(da, dgy.get(), var.g_h_last ? dghl.get() : nullptr,
+                                            var.g_h_last ? dgss.get() : nullptr, grads_of(dg, grad_pointer));
+              std::vector<std::vector<float>> out = {dy.download(), dh_last.download()};
+              for (const auto& b : dg) out.push_back(b.download());
+              out.push_back(dsums.download());
+              return out;
+            },
+            what);
+        compare(got, contiguous_ref, what);
+        if (layout.strided_x || layout.strided_bc) {
+          const auto strided_ref = run_reference(
+              args_over([&](int i) -> const float* { return input_vector(i).data() + offset[i]; }, strides));
+          for (std::size_t k = 0; k < strided_ref.size(); ++k) {
+            CHECK_MESSAGE(bitwise_equal(strided_ref[k], contiguous_ref[k]),
+                          what << ": the reference on the strided inputs differs from the reference on contiguous "
+                                  "copies (output "
+                               << k << ")");
+          }
+          compare(got, strided_ref, what + " (against the reference on the same layout)");
+        }
       }
     }
   }

@@ -149,6 +149,81 @@ TEST_CASE("selective_scan in float32 on the CPU table matches float64, values an
   }
 }
 
+TEST_CASE("selective_scan reads strided inputs in place: the bits of contiguous copies, values and gradients") {
+  // u, delta and z a piece of a longer sequence, B and C sliced from one wider projection:
+  // the kernels read them where they lie (no copy), and every output and gradient must be
+  // those of the same values made contiguous. Also the layouts the kernels cannot read in
+  // place: z alone transposed (the group falls back to copies), B and C with different
+  // strides. float64 runs the reference kernel, float32 the CPU table's (AVX-512 / AVX2).
+  const std::int64_t batch = 3, L_all = 11, t0 = 4, L = 5, D = 19, N = 3, P = 2, S = (L + P - 1) / P;
+  for (const DType dtype : {DType::F64, DType::F32})
+  for (const bool gated : {false, true})
+  for (const int layout : {0, 1, 2}) {  // 0: all in place; 1: z transposed; 2: C a separate tensor
+    CAPTURE(dtype == DType::F64);
+    CAPTURE(gated);
+    CAPTURE(layout);
+    auto leaf = [&](const Shape& shape, std::uint64_t seed, double scale = 1.0) {
+      Tensor t = Tensor::randn(shape, seed, 0, scale, DType::F64).to(dtype);
+      t.set_requires_grad(true);
+      return t;
+    };
+    // u, delta and z: rows of D + 4 (tokens D + 4 apart), channels [2, 2 + D) of them.
+    const Tensor U = leaf({batch, L_all, D + 4}, 1), Dl = leaf({batch, L_all, D + 4}, 2),
+                 Z = leaf({batch, L_all, D + 4}, 3, 2.0);
+    const Tensor Zt = leaf({batch, D, L_all}, 3, 2.0), Proj = leaf({batch, L_all, 2 * N + 3}, 4),
+                 Csep = leaf({batch, L, N}, 5);
+    const std::vector<Tensor> small = {leaf({D, N}, 6, 0.5), leaf({D}, 7), leaf({D}, 8), leaf({batch, S, D, N}, 9)};
+    auto piece = [&](const Tensor& x) { return ops::narrow(x, 1, t0, L); };
+    auto channels = [&](const Tensor& x) { return ops::narrow(piece(x), 2, 2, D); };
+    const Tensor z = !gated ? Tensor() : layout == 1 ? piece(ops::transpose(Zt, 1, 2)) : channels(Z);
+    const Tensor Bv = ops::narrow(piece(Proj), 2, 1, N), Cv = layout == 2 ? Csep : ops::narrow(piece(Proj), 2, 1 + N, N);
+    const std::vector<Tensor> views = {channels(U), channels(Dl), Bv, Cv, z};
+    std::vector<Tensor> copies;
+    for (const Tensor& v : views) {
+      Tensor c = v.defined() ? v.detach().contiguous() : Tensor();
+      if (c.defined()) c.set_requires_grad(true);
+      copies.push_back(c);
+    }
+    auto run = [&](const std::vector<Tensor>& x) {
+      Tensor last;
+      const Tensor y = ops::selective_scan(x[0], x[1], small[0], x[2], x[3], small[1], small[2], small[3], P, x[4], &last);
+      const Tensor loss = ops::add(ops::sum(ops::mul(y, Tensor::randn(y.shape(), 11, 0, 1, DType::F64).to(dtype))),
+                                   ops::sum(ops::mul(last, Tensor::randn(last.shape(), 12, 0, 1, DType::F64).to(dtype))));
+      loss.backward();
+      return std::vector<std::vector<double>>{y.detach().to(DType::F64).to_vector<double>(),
+                                              last.detach().to(DType::F64).to_vector<double>()};
+    };
+    auto grads_of_small = [&] {
+      std::vector<std::vector<double>> g;
+      for (Tensor t : small) {  // a handle: zero_grad drops the shared leaf's gradient
+        g.push_back(t.grad().to(DType::F64).to_vector<double>());
+        t.zero_grad();
+      }
+      return g;
+    };
+    const auto strided = run(views);
+    const auto strided_small = grads_of_small();
+    const auto contiguous = run(copies);
+    const auto contiguous_small = grads_of_small();
+    CHECK(strided == contiguous);
+    CHECK(strided_small == contiguous_small);
+    // The gradients of the views reach the wide tensors' windows.
+    auto window = [&](const Tensor& g, int dim, std::int64_t start, std::int64_t length) {
+      return ops::narrow(piece(g), dim, start, length).contiguous().to(DType::F64).to_vector<double>();
+    };
+    auto whole = [](const Tensor& g) { return g.to(DType::F64).to_vector<double>(); };
+    CHECK(window(U.grad(), 2, 2, D) == whole(copies[0].grad()));
+    CHECK(window(Dl.grad(), 2, 2, D) == whole(copies[1].grad()));
+    CHECK(window(Proj.grad(), 2, 1, N) == whole(copies[2].grad()));
+    if (layout == 2) CHECK(whole(Csep.grad()) == whole(copies[3].grad()));
+    else CHECK(window(Proj.grad(), 2, 1 + N, N) == whole(copies[3].grad()));
+    if (gated && layout == 1)
+      CHECK(piece(ops::transpose(Zt.grad(), 1, 2)).contiguous().to(DType::F64).to_vector<double>() ==
+            whole(copies[4].grad()));
+    if (gated && layout != 1) CHECK(window(Z.grad(), 2, 2, D) == whole(copies[4].grad()));
+  }
+}
+
 TEST_CASE("selective_scan: a long step size forgets the state, a tiny one keeps it") {
   // delta = 40: dt = 40, exp(-40 e^0) = 4e-18: y at the second token of a segment sees only
   // that token. delta = -40: dt ~ 4e-18: the state passes through unchanged, y = C . h0.
