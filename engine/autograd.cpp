@@ -111,6 +111,32 @@ Tensor accumulate_grad(const Tensor& dst, const Tensor& g) {
   return out;
 }
 
+// dst += g in dst's own memory, when nothing else can see it: dst is the only handle on
+// its tensor and on its storage (a gradient summed for an op's output that no view, saved
+// tensor or other slot shares; the same gradient handed to two inputs is shared), and both
+// are contiguous. The elements are the same sums accumulate_grad would form, without a new
+// tensor. Returns false, leaving dst alone, where that does not hold.
+bool accumulate_in_place(const Tensor& dst, const Tensor& g) {
+  if (!dst.defined() || dst.impl_ptr().use_count() != 1 || dst.impl_ptr()->storage.use_count() != 1) return false;
+  if (dst.shape() != g.shape() || dst.dtype() != g.dtype() || dst.device() != g.device()) return false;
+  if (!dst.is_contiguous() || !g.is_contiguous()) return false;
+  kernels::BroadcastLayout l;
+  l.ndim = 1;
+  l.shape[0] = dst.numel();
+  l.stride_a[0] = l.stride_b[0] = 1;
+  const int kind = static_cast<int>(dst.device().kind);
+  if (dst.dtype() == DType::F32) {
+    kernels::kernel_table<float>(kind)->binary(kernels::BinaryOp::Add, l, dst.data<float>(), g.data<float>(),
+                                               dst.data<float>());
+  } else if (dst.dtype() == DType::F64) {
+    kernels::kernel_table<double>(kind)->binary(kernels::BinaryOp::Add, l, dst.data<double>(), g.data<double>(),
+                                                dst.data<double>());
+  } else {
+    return false;
+  }
+  return true;
+}
+
 // ---- backward -------------------------------------------------------------------------------
 
 void Tensor::backward() const {
@@ -192,7 +218,7 @@ void Tensor::backward(const Tensor& grad) const {
       if (!grads[i].defined()) continue;
       if (e.fn) {
         Tensor& sum = slot(e.fn.get(), e.output);
-        sum = accumulate_grad(sum, grads[i]);
+        if (!accumulate_in_place(sum, grads[i])) sum = accumulate_grad(sum, grads[i]);
       } else if (e.leaf) {
         Tensor leaf_grad = e.leaf->grad ? Tensor(e.leaf->grad) : Tensor();
         e.leaf->grad = accumulate_grad(leaf_grad, grads[i]).impl_ptr();

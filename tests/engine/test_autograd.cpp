@@ -40,6 +40,24 @@ TEST_CASE("a deeper diamond through a shared intermediate") {
   CHECK(g[1] == doctest::Approx(2 * std::exp(4.0) + std::exp(2.0)));
 }
 
+TEST_CASE("gradients summed in place: the right sums, and never into a gradient another input shares") {
+  // add's backward hands the same (here contiguous) gradient to both its inputs, p and q.
+  // The tape below runs that add, then p * 7 (whose gradient joins p's), and q's other use
+  // only after p: adding p * 7's gradient into the memory q's pending gradient shares would
+  // give dy/dq 20 instead of 13.
+  Tensor x = leaf({1.0, -2.0, 0.5}, {3});
+  Tensor p = x * 3.0, q = x * 5.0;
+  Tensor y = (ops::sum(q * 11.0) + ops::sum(p * 7.0)) + ops::sum((p + q) * 2.0);
+  y.backward();  // dy/dp = 7 + 2, dy/dq = 11 + 2: dy/dx = 3 * 9 + 5 * 13 = 92
+  for (double g : x.grad().to_vector<double>()) CHECK(g == doctest::Approx(92.0));
+  // Three gradients into one intermediate: the second and third are summed in place.
+  Tensor w = leaf({1.0, 2.0}, {2});
+  Tensor h = w * 1.5;
+  Tensor z = ops::sum(h * 2.0) + ops::sum(h * 3.0) + ops::sum(h * 4.0);  // dz/dw = 1.5 (2 + 3 + 4)
+  z.backward();
+  for (double g : w.grad().to_vector<double>()) CHECK(g == doctest::Approx(13.5));
+}
+
 TEST_CASE("NoGradGuard records nothing; detach cuts the graph") {
   Tensor x = leaf({1.0, 2.0}, {2});
   {
