@@ -212,8 +212,9 @@ struct ScanArgs {
   // u, delta and z starts at b * x_batch_stride + t * x_token_stride (0: L * D and D), of B
   // and C at b * bc_batch_stride + t * bc_token_stride (0: L * N and N); a token's channels
   // (or states) are contiguous. So a piece of a longer sequence, or B and C sliced from a
-  // wider projection, are read in place. Every output (y, h_last, step_sums, each
-  // gradient) is contiguous.
+  // wider projection, are read in place; an input broadcast over the batch or the tokens
+  // (stride 0) cannot be expressed and is copied first. The backward's gy and every output
+  // (y, h_last, step_sums, each gradient) are contiguous.
   i64 x_batch_stride = 0, x_token_stride = 0, bc_batch_stride = 0, bc_token_stride = 0;
   i64 segments() const { return P > 0 ? (L + P - 1) / P : 0; }
 };

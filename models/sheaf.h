@@ -21,7 +21,7 @@
 //
 // Only the summaries of EARLIER patches reach c_p, so nothing crosses a patch boundary
 // except through the gluing; leaky (tests only) adds patch p's own summary to its cover.
-// Cost per layer: O(L·E·N) for the scans, O((L/P)·D·K·d_s²) for the gluing, O(L·d·d_ff)
+// Cost per layer: O(L·E·N) for the scan, O((L/P)·D·K·d_s²) for the gluing, O(L·d·d_ff)
 // for the experts — linear in L; no L x L object exists.
 #pragma once
 

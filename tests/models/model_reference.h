@@ -4,8 +4,8 @@
 //
 // SheafStateLM is written in its literal form: every patch is scanned token by token from
 // its glued state h0_p = (W_hx c_p) ⊗ (W_hb c_p), and the summary s_p is read off that
-// scan — none of the model's shortcuts (the zero-state scan plus the h0 term at the last
-// token, the patches scanned in parallel) is taken here.
+// scan's output at the patch's last token — none of the model's fused kernels (the gated
+// scan, the scan's state returned to read that output) is used here.
 #pragma once
 
 #include <algorithm>

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
+#include "engine/profile.h"
 #include "engine/tensor.h"
 #include "op_harness.h"
 #include "ops/ops.h"
@@ -184,9 +186,22 @@ TEST_CASE("selective_scan reads strided inputs in place: the bits of contiguous 
       if (c.defined()) c.set_requires_grad(true);
       copies.push_back(c);
     }
-    auto run = [&](const std::vector<Tensor>& x) {
-      Tensor last;
-      const Tensor y = ops::selective_scan(x[0], x[1], small[0], x[2], x[3], small[1], small[2], small[3], P, x[4], &last);
+    // The forward's strided copies, counted by the profiler: none where every group is read
+    // in place.
+    std::int64_t copies_made = -1;
+    auto run = [&](const std::vector<Tensor>& x, bool count_copies) {
+      Tensor last, y;
+      {
+        std::optional<profile::Profiler> profiler;
+        if (count_copies) profiler.emplace();
+        y = ops::selective_scan(x[0], x[1], small[0], x[2], x[3], small[1], small[2], small[3], P, x[4], &last);
+        if (count_copies) {
+          const profile::Report report = profiler->report();
+          copies_made = 0;
+          for (const profile::Row& row : report.kernels)
+            if (row.name == "strided_copy") copies_made += row.calls;
+        }
+      }
       const Tensor loss = ops::add(ops::sum(ops::mul(y, Tensor::randn(y.shape(), 11, 0, 1, DType::F64).to(dtype))),
                                    ops::sum(ops::mul(last, Tensor::randn(last.shape(), 12, 0, 1, DType::F64).to(dtype))));
       loss.backward();
@@ -201,9 +216,12 @@ TEST_CASE("selective_scan reads strided inputs in place: the bits of contiguous 
       }
       return g;
     };
-    const auto strided = run(views);
+    const auto strided = run(views, true);
+    // All in place, or the group that cannot be read in place copied: z transposed: u, delta
+    // and z; B a slice and C a separate contiguous tensor: B (C already is contiguous).
+    CHECK(copies_made == (layout == 0 ? 0 : layout == 1 ? (gated ? 3 : 0) : 1));
     const auto strided_small = grads_of_small();
-    const auto contiguous = run(copies);
+    const auto contiguous = run(copies, false);
     const auto contiguous_small = grads_of_small();
     CHECK(strided == contiguous);
     CHECK(strided_small == contiguous_small);
