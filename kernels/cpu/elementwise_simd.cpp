@@ -169,6 +169,13 @@ void binary(BinaryOp op, const BroadcastLayout& layout, const float* a, const fl
   i64 rows = 1;
   for (int d = 0; d + 1 < nd; ++d) rows *= layout.shape[d];
   if (rows * inner == 0) return;
+  if (rows == 1) {
+    // One row (every contiguous operand pair coalesces to one): the threads split it.
+    parallel_for(0, inner, kGrain, [&](i64 i0, i64 i1) {
+      binary_row(op, a + i0 * sa, sa, b + i0 * sb, sb, out + i0, i1 - i0);
+    });
+    return;
+  }
   // Rows of the last axis; each thread finds the operand offsets of its first row once and
   // steps the outer axes as an odometer from there.
   parallel_for(0, rows, std::max<i64>(1, kGrain / std::max<i64>(inner, 1)), [&](i64 r0, i64 r1) {

@@ -751,6 +751,8 @@ void check_binary(Suite<T>& s) {
       make_layout({65, 17}, {17, 1}, {0, 0}),              // b a scalar over tails
       make_layout({3, 50, 7}, {350, 7, 1}, {7, 0, 1}),     // broadcast in the middle
       make_layout({2, 3, 129}, {387, 129, 1}, {0, 0, 1}),  // b broadcast over the first two axes
+      make_layout({100003}, {1}, {1}),                     // one long row (contiguous operands), split by the threads
+      make_layout({70001}, {0}, {1}),                      // a a scalar over one long row
   };
   const BinaryOp ops[] = {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div,
                           BinaryOp::Max, BinaryOp::Min, BinaryOp::Pow};
