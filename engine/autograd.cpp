@@ -83,6 +83,22 @@ std::vector<Tensor> record_multi_op(std::vector<Tensor> outputs, const std::stri
   return outputs;
 }
 
+namespace {
+// out = a + b by the device's binary kernel over `l` (out may be a: the kernel allows it).
+void add_on_device(const kernels::BroadcastLayout& l, const Tensor& a, const Tensor& b, const Tensor& out) {
+  const int kind = static_cast<int>(a.device().kind);
+  if (a.dtype() == DType::F32) {
+    kernels::kernel_table<float>(kind)->binary(kernels::BinaryOp::Add, l, a.data<float>(), b.data<float>(),
+                                               out.data<float>());
+  } else if (a.dtype() == DType::F64) {
+    kernels::kernel_table<double>(kind)->binary(kernels::BinaryOp::Add, l, a.data<double>(), b.data<double>(),
+                                                out.data<double>());
+  } else {
+    throw std::logic_error("autograd: gradients must be floating, got " + b.str());
+  }
+}
+}  // namespace
+
 Tensor accumulate_grad(const Tensor& dst, const Tensor& g) {
   if (!dst.defined()) return g;
   if (dst.shape() != g.shape() || dst.dtype() != g.dtype() || dst.device() != g.device())
@@ -97,17 +113,7 @@ Tensor accumulate_grad(const Tensor& dst, const Tensor& g) {
     l.stride_a[i] = s.empty() ? 1 : dst.strides()[i];
     l.stride_b[i] = s.empty() ? 1 : g.strides()[i];
   }
-  l = kernels::coalesce(l);
-  const int kind = static_cast<int>(dst.device().kind);
-  if (dst.dtype() == DType::F32) {
-    kernels::kernel_table<float>(kind)->binary(kernels::BinaryOp::Add, l, dst.data<float>(),
-                                               g.data<float>(), out.data<float>());
-  } else if (dst.dtype() == DType::F64) {
-    kernels::kernel_table<double>(kind)->binary(kernels::BinaryOp::Add, l, dst.data<double>(),
-                                                g.data<double>(), out.data<double>());
-  } else {
-    throw std::logic_error("autograd: gradients must be floating, got " + g.str());
-  }
+  add_on_device(kernels::coalesce(l), dst, g, out);
   return out;
 }
 
@@ -120,20 +126,12 @@ bool accumulate_in_place(const Tensor& dst, const Tensor& g) {
   if (!dst.defined() || dst.impl_ptr().use_count() != 1 || dst.impl_ptr()->storage.use_count() != 1) return false;
   if (dst.shape() != g.shape() || dst.dtype() != g.dtype() || dst.device() != g.device()) return false;
   if (!dst.is_contiguous() || !g.is_contiguous()) return false;
+  if (dst.dtype() != DType::F32 && dst.dtype() != DType::F64) return false;
   kernels::BroadcastLayout l;
   l.ndim = 1;
   l.shape[0] = dst.numel();
   l.stride_a[0] = l.stride_b[0] = 1;
-  const int kind = static_cast<int>(dst.device().kind);
-  if (dst.dtype() == DType::F32) {
-    kernels::kernel_table<float>(kind)->binary(kernels::BinaryOp::Add, l, dst.data<float>(), g.data<float>(),
-                                               dst.data<float>());
-  } else if (dst.dtype() == DType::F64) {
-    kernels::kernel_table<double>(kind)->binary(kernels::BinaryOp::Add, l, dst.data<double>(), g.data<double>(),
-                                                dst.data<double>());
-  } else {
-    return false;
-  }
+  add_on_device(l, dst, g, dst);
   return true;
 }
 
