@@ -584,6 +584,13 @@ void register_bench_step(CLI::App& app) {
     const std::int64_t B = *batch, L = cfg.block, V = cfg.vocab_size;
     Generator gen(cfg.seed + 1);
     std::vector<double> times, flops;
+    // The instruction peak behind `mfu`, measured before the steps and again after them; the
+    // larger counts. On a shared machine a slow spell during one measurement would otherwise
+    // lower the peak and overstate the share of it.
+    const auto measure_peak = [&] {
+      return dev.is_cpu() ? kernels::measured_gemm_peak_gflops(matmul_precision(), num_threads()) : 0.0;
+    };
+    const double peak_before = measure_peak();
     std::optional<profile::Profiler> profiler;
     if (*profile) profiler.emplace();
     for (std::int64_t s = 0; s < *warmup + *steps; ++s) {
@@ -620,7 +627,7 @@ void register_bench_step(CLI::App& app) {
     // Achieved GEMM GFLOP/s of the median step (every step multiplies the same shapes), and
     // its share of the measured peak of the instruction those GEMMs use (an MFU figure).
     const double gflops = median > 0 ? flops.back() / (median / 1000.0) / 1e9 : 0;
-    const double peak = dev.is_cpu() ? kernels::measured_gemm_peak_gflops(matmul_precision(), num_threads()) : 0;
+    const double peak = std::max(peak_before, measure_peak());
     const double mfu = peak > 0 ? gflops / peak : 0;
     nlohmann::json j = {{"model", cfg.model},        {"parameters", model->num_parameters()},
                         {"batch", B},                {"block", L},
