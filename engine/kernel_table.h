@@ -217,6 +217,16 @@ struct ScanArgs {
   // (y, h_last, step_sums, each gradient) are contiguous.
   i64 x_batch_stride = 0, x_token_stride = 0, bc_batch_stride = 0, bc_token_stride = 0;
   i64 segments() const { return P > 0 ? (L + P - 1) / P : 0; }
+  // These args with every 0 stride replaced by the contiguous one (L * D and D, L * N and
+  // N): what the kernels index with, so that they read every input alike.
+  ScanArgs resolved() const {
+    ScanArgs r = *this;
+    if (r.x_batch_stride == 0) r.x_batch_stride = L * D;
+    if (r.x_token_stride == 0) r.x_token_stride = D;
+    if (r.bc_batch_stride == 0) r.bc_batch_stride = L * N;
+    if (r.bc_token_stride == 0) r.bc_token_stride = N;
+    return r;
+  }
 };
 // The gradients of every input of ScanArgs; each is written (not accumulated), and a null
 // pointer skips that gradient.

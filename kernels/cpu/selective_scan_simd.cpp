@@ -75,18 +75,10 @@ void scatter_states(const float* h, i64 D, i64 N, i64 d0, float* dst) {
 
 vf load_or_zero(const float* p, i64 offset, i64 valid) { return p != nullptr ? load_first(p + offset, valid) : zero(); }
 
-// Where the inputs' tokens lie (ScanArgs: 0 strides mean contiguous), and the
-// contiguous (batch, L, D) layout of gy and of the outputs.
-struct Strides {
-  i64 x_batch, x_token, bc_batch, bc_token;
-  explicit Strides(const ScanArgs<float>& a)
-      : x_batch(a.x_batch_stride != 0 ? a.x_batch_stride : a.L * a.D),
-        x_token(a.x_token_stride != 0 ? a.x_token_stride : a.D),
-        bc_batch(a.bc_batch_stride != 0 ? a.bc_batch_stride : a.L * a.N),
-        bc_token(a.bc_token_stride != 0 ? a.bc_token_stride : a.N) {}
-  i64 x(i64 b, i64 t) const { return b * x_batch + t * x_token; }    // u, delta, z
-  i64 bc(i64 b, i64 t) const { return b * bc_batch + t * bc_token; }  // B, C
-};
+// Where token t of batch b starts in u, delta and z, and in B and C (the args' strides
+// resolved: ScanArgs::resolved), and in the contiguous (batch, L, D) gy and outputs.
+i64 x_row(const ScanArgs<float>& a, i64 b, i64 t) { return b * a.x_batch_stride + t * a.x_token_stride; }
+i64 bc_row(const ScanArgs<float>& a, i64 b, i64 t) { return b * a.bc_batch_stride + t * a.bc_token_stride; }
 i64 contiguous_row(const ScanArgs<float>& a, i64 b, i64 t) { return (b * a.L + t) * a.D; }  // gy, outputs
 
 // `count` rows of D channels, `stride` floats apart, <-> the packed layout
@@ -142,7 +134,7 @@ Token load_token(const float* u, const float* delta, vf bias, i64 k) {
 // for token k, and that token's decays exp(dt A) in decays[k * N * kLanes ...], so the
 // backward need not evaluate the exponential again. Returns the block's step sizes summed
 // over the tokens, in token order (the forward's step sums).
-vf scan_block(const ScanArgs<float>& a, const Strides& st, const float* A_block, vf bias, vf Dskip, i64 b, i64 t0,
+vf scan_block(const ScanArgs<float>& a, const float* A_block, vf bias, vf Dskip, i64 b, i64 t0,
                 i64 len, const float* u, const float* delta, const float* z, float* h, float* y, float* states,
                 float* decays) {
   const i64 N = a.N;
@@ -151,8 +143,8 @@ vf scan_block(const ScanArgs<float>& a, const Strides& st, const float* A_block,
     const Token tok = load_token(u, delta, bias, k);
     dt_sum = add(dt_sum, tok.dt);
     const vf dtu = mul(tok.dt, tok.u);
-    const float* Bt = a.B + st.bc(b, t0 + k);
-    const float* Ct = a.C + st.bc(b, t0 + k);
+    const float* Bt = a.B + bc_row(a, b, t0 + k);
+    const float* Ct = a.C + bc_row(a, b, t0 + k);
     vf out = mul(Dskip, tok.u);
     for (i64 n = 0; n < N; ++n) {
       const vf decay = exp(mul(tok.dt, load_aligned(A_block + n * kLanes)));
@@ -180,25 +172,25 @@ constexpr i64 kMaxGroups = 32;
 
 }  // namespace
 
-void selective_scan_forward(const ScanArgs<float>& a, float* y, float* h_last, float* step_sums) {
+void selective_scan_forward(const ScanArgs<float>& given, float* y, float* h_last, float* step_sums) {
+  const ScanArgs<float> a = given.resolved();
   const i64 S = a.segments(), N = a.N;
   thread_local ScratchBuffer a_buffer;
   const ChannelBlocks cb = transpose_A(a.A_log, a.D, N, a_buffer);
-  const Strides st(a);
   parallel_for(0, a.batch * S, pair_grain(a), [&](i64 p0, i64 p1) {
     thread_local ScratchBuffer h_buffer, pack_buffer;
     float* h = h_buffer.get(static_cast<std::size_t>(N * kLanes));
     const Packed pk = packed_buffers(pack_buffer, a, cb, kForwardBuffers);
     for (i64 pair = p0; pair < p1; ++pair) {
       const i64 b = pair / S, s = pair % S, t0 = s * a.P, len = std::min(a.L, t0 + a.P) - t0;
-      pack_rows(a.u + st.x(b, t0), st.x_token, len, a, cb, pk.u);
-      pack_rows(a.delta + st.x(b, t0), st.x_token, len, a, cb, pk.delta);
-      if (a.z != nullptr && y != nullptr) pack_rows(a.z + st.x(b, t0), st.x_token, len, a, cb, pk.z);
+      pack_rows(a.u + x_row(a, b, t0), a.x_token_stride, len, a, cb, pk.u);
+      pack_rows(a.delta + x_row(a, b, t0), a.x_token_stride, len, a, cb, pk.delta);
+      if (a.z != nullptr && y != nullptr) pack_rows(a.z + x_row(a, b, t0), a.x_token_stride, len, a, cb, pk.z);
       for (i64 block = 0; block < cb.count; ++block) {
         const i64 d0 = block * kLanes, at = block * a.P * kLanes, valid = cb.valid(block);
         if (a.h0 != nullptr) gather_states(a.h0 + pair * a.D * N, a.D, N, d0, h);
         else std::fill(h, h + N * kLanes, 0.0f);
-        const vf dt_sum = scan_block(a, st, cb.At + block * N * kLanes, load_or_zero(a.delta_bias, d0, valid),
+        const vf dt_sum = scan_block(a, cb.At + block * N * kLanes, load_or_zero(a.delta_bias, d0, valid),
                                      load_or_zero(a.Dskip, d0, valid), b, t0, len, pk.u + at, pk.delta + at,
                                      a.z != nullptr && y != nullptr ? pk.z + at : nullptr, h,
                                      y != nullptr ? pk.out + at : nullptr, nullptr, nullptr);
@@ -210,12 +202,12 @@ void selective_scan_forward(const ScanArgs<float>& a, float* y, float* h_last, f
   });
 }
 
-void selective_scan_backward(const ScanArgs<float>& a, const float* gy, const float* g_h_last,
+void selective_scan_backward(const ScanArgs<float>& given, const float* gy, const float* g_h_last,
                              const float* g_step_sums, const ScanGrads<float>& g) {
+  const ScanArgs<float> a = given.resolved();
   const i64 S = a.segments(), N = a.N, D = a.D, P = a.P, pairs = a.batch * S;
   thread_local ScratchBuffer a_buffer, partial_buffer;
   const ChannelBlocks cb = transpose_A(a.A_log, D, N, a_buffer);
-  const Strides st(a);
   // Per group, in lane layout: gA (count x N x kLanes), then gDskip and gdelta_bias
   // (count x kLanes).
   const i64 group_size = (pairs + kMaxGroups - 1) / kMaxGroups, groups = (pairs + group_size - 1) / group_size;
@@ -238,10 +230,10 @@ void selective_scan_backward(const ScanArgs<float>& a, const float* gy, const fl
       float* partial = partials + group * partial_size;
       for (i64 pair = group * group_size; pair < std::min(pairs, (group + 1) * group_size); ++pair) {
         const i64 b = pair / S, s = pair % S, t0 = s * P, len = std::min(a.L, t0 + P) - t0;
-        pack_rows(a.u + st.x(b, t0), st.x_token, len, a, cb, pk.u);
-        pack_rows(a.delta + st.x(b, t0), st.x_token, len, a, cb, pk.delta);
+        pack_rows(a.u + x_row(a, b, t0), a.x_token_stride, len, a, cb, pk.u);
+        pack_rows(a.delta + x_row(a, b, t0), a.x_token_stride, len, a, cb, pk.delta);
         pack_rows(gy + contiguous_row(a, b, t0), D, len, a, cb, pk.gy);
-        if (gated) pack_rows(a.z + st.x(b, t0), st.x_token, len, a, cb, pk.z);
+        if (gated) pack_rows(a.z + x_row(a, b, t0), a.x_token_stride, len, a, cb, pk.z);
         std::fill(gB_lanes, gB_lanes + 2 * P * N * kLanes, 0.0f);
         for (i64 block = 0; block < cb.count; ++block) {
           const i64 d0 = block * kLanes, at = block * P * kLanes, valid = cb.valid(block);
@@ -253,7 +245,7 @@ void selective_scan_backward(const ScanArgs<float>& a, const float* gy, const fl
           else std::fill(states, states + N * kLanes, 0.0f);
           float* h = gh;  // the forward's running state; gh is set only after it
           std::copy(states, states + N * kLanes, h);
-          scan_block(a, st, A_block, bias, Dskip, b, t0, len, u, delta, nullptr, h, nullptr, states, decays);
+          scan_block(a, A_block, bias, Dskip, b, t0, len, u, delta, nullptr, h, nullptr, states, decays);
           if (g_h_last != nullptr) gather_states(g_h_last + pair * D * N, D, N, d0, gh);
           else std::fill(gh, gh + N * kLanes, 0.0f);
           float* gA = partial + block * N * kLanes;
@@ -271,8 +263,8 @@ void selective_scan_backward(const ScanArgs<float>& a, const float* gy, const fl
             // gu = gy Dskip + dt Σ_n gh_n B_n and gdt = u Σ_n gh_n B_n + Σ_n g_decay_n A_n:
             // two independent sums over n, so no chain of dependent FMAs runs through it.
             vf sum_gB = zero(), sum_gA = zero();
-            const float* Bt = a.B + st.bc(b, t0 + k);
-            const float* Ct = a.C + st.bc(b, t0 + k);
+            const float* Bt = a.B + bc_row(a, b, t0 + k);
+            const float* Ct = a.C + bc_row(a, b, t0 + k);
             const float* decay_k = decays + k * N * kLanes;
             const float* before_k = states + k * N * kLanes;
             const float* after_k = before_k + N * kLanes;

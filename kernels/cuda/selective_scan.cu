@@ -8,8 +8,8 @@
 // even for A = -inf: no 0 * inf).
 //
 // Layouts: the inputs u, delta, z, B and C are read through ScanArgs' token and batch
-// strides (a token's channels, or states, contiguous), which resolve_strides fills in once
-// on the host, so the kernels never see the 0 defaults; y, gy and every gradient are
+// strides (a token's channels, or states, contiguous), resolved once on the host
+// (ScanArgs::resolved), so the kernels never see the 0 defaults; y, gy and every gradient are
 // contiguous (batch, L, D) or (batch, L, N). A kernel therefore keeps two indices per token:
 // ix for the strided inputs u, delta and z, and i for y, gy and the outputs.
 //
@@ -80,16 +80,6 @@ void check_args(const ScanArgs<float>& a, const char* who) {
   if (a.L > 0 && a.P < 1) throw std::invalid_argument(name + ": segment length P must be >= 1");
 }
 
-// The args with the 0 (contiguous) strides replaced by L * D and D, L * N and N, so the
-// kernels index every input alike.
-ScanArgs<float> resolve_strides(ScanArgs<float> a) {
-  if (a.x_token_stride == 0) a.x_token_stride = a.D;
-  if (a.x_batch_stride == 0) a.x_batch_stride = a.L * a.D;
-  if (a.bc_token_stride == 0) a.bc_token_stride = a.N;
-  if (a.bc_batch_stride == 0) a.bc_batch_stride = a.L * a.N;
-  return a;
-}
-
 ScanPlan plan_scan(const ScanArgs<float>& a, const char* who) {
   ScanPlan p;
   p.segments = a.segments();
@@ -139,7 +129,7 @@ __device__ __forceinline__ void scan_step(float (&h)[NC], const float (&A)[NC], 
 }
 
 // Where token t of batch b starts in u, delta and z (add the channel), and in B and C (add
-// the state); the args' strides are resolved (resolve_strides).
+// the state); the args' strides are resolved (ScanArgs::resolved).
 __device__ __forceinline__ i64 scan_x_token(const ScanArgs<float>& a, i64 b, i64 t) {
   return b * a.x_batch_stride + t * a.x_token_stride;
 }
@@ -410,7 +400,7 @@ using namespace selective_scan_impl;
 
 void selective_scan_forward(const ScanArgs<float>& given, float* y, float* h_last, float* step_sums) {
   check_args(given, "selective_scan_forward");
-  const ScanArgs<float> args = resolve_strides(given);
+  const ScanArgs<float> args = given.resolved();
   const ScanPlan p = plan_scan(args, "selective_scan_forward");
   if (p.blocks == 0) return;  // no batch, no tokens or no channels: nothing to write
   switch (p.state_chunk) {
@@ -425,7 +415,7 @@ void selective_scan_forward(const ScanArgs<float>& given, float* y, float* h_las
 void selective_scan_backward(const ScanArgs<float>& given, const float* gy, const float* g_h_last,
                              const float* g_step_sums, const ScanGrads<float>& grads) {
   check_args(given, "selective_scan_backward");
-  const ScanArgs<float> args = resolve_strides(given);
+  const ScanArgs<float> args = given.resolved();
   const ScanPlan p = plan_scan(args, "selective_scan_backward");
   const i64 batch = args.batch, L = args.L, D = args.D, N = args.N;
   const i64 rows = batch * p.segments;  // (batch, segment) pairs

@@ -33,12 +33,12 @@ namespace {
 struct ScanIndex {
   i64 L, D, N, S, x_batch, x_token, bc_batch, bc_token;
   template <typename T>
-  explicit ScanIndex(const ScanArgs<T>& a)
-      : L(a.L), D(a.D), N(a.N), S(a.segments()),
-        x_batch(a.x_batch_stride != 0 ? a.x_batch_stride : a.L * a.D),
-        x_token(a.x_token_stride != 0 ? a.x_token_stride : a.D),
-        bc_batch(a.bc_batch_stride != 0 ? a.bc_batch_stride : a.L * a.N),
-        bc_token(a.bc_token_stride != 0 ? a.bc_token_stride : a.N) {}
+  explicit ScanIndex(const ScanArgs<T>& given) {
+    const ScanArgs<T> a = given.resolved();
+    L = a.L, D = a.D, N = a.N, S = a.segments();
+    x_batch = a.x_batch_stride, x_token = a.x_token_stride;
+    bc_batch = a.bc_batch_stride, bc_token = a.bc_token_stride;
+  }
   i64 input(i64 b, i64 t, i64 d) const { return b * x_batch + t * x_token + d; }         // u, delta, z
   i64 token(i64 b, i64 t, i64 d) const { return (b * L + t) * D + d; }                    // y, gy, gu, ...
   i64 state_input(i64 b, i64 t, i64 n) const { return b * bc_batch + t * bc_token + n; }  // B, C
